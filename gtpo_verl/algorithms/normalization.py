@@ -1,0 +1,89 @@
+"""Group-relative z-scores of per-token or per-sequence rewards (GRPO's normalisation).
+
+Paper B normalises shaped rewards "as in GRPO", over sets that its text leaves open; the
+readings are in ALGORITHMS.md §B.4(d). The three modes below are the `adv_norm` switch:
+
+- ``single_combined``: one z-score over every valid token of the group (Eq. S21; v6 App. B Eq. 46).
+- ``two_zero_filled``: successes and failures each get a z-score computed over *all* tokens
+  of the group, the other class's tokens counted as 0 (Eq. S28-S29: R⁻ runs over 1 ≤ k ≤ G).
+- ``per_class``: each class is z-scored over its own tokens only (third-party reading of
+  v6 Eq. 6; cancels α1, α2 and the outcome sign; kept for comparison, not recommended).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gtpo_verl.algorithms.groups import group_sum, inverse_spread, row_dot, sample_variance
+
+ADV_NORM_MODES = ("two_zero_filled", "single_combined", "per_class")
+
+
+def zscore_by_class_(
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    row_counts: torch.Tensor,
+    row_class: torch.Tensor,
+    group_ids: torch.Tensor,
+    num_groups: int,
+    *,
+    mode: str,
+    unbiased: bool,
+    epsilon: float,
+    keep_rows: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Return ``values`` z-scored in place within each (group, class) set.
+
+    Args:
+        values: ``(B, T)`` float rewards, 0 outside ``mask``; overwritten with the z-scores.
+            Sequence-level callers pass ``(B, 1)``.
+        mask: ``(B, T)`` float 0/1 validity, same dtype as ``values``.
+        row_counts: ``(B,)`` valid tokens per row (``mask.sum(-1)``).
+        row_class: ``(B,)`` bool, True for the success class O+, False for O−.
+        group_ids: ``(B,)`` int64 group of each row; ``num_groups`` = K.
+        mode: one of ``ADV_NORM_MODES``.
+        unbiased: sample (n−1) std as verl's GRPO, else population std.
+        keep_rows: optional ``(B,)`` bool; rows where it is False get 0.
+
+    Two passes keep float32 exact enough: the group means come from row sums, then the
+    squared deviations are summed after centring (no E[x²] − mean² cancellation).
+    """
+    if mode not in ADV_NORM_MODES:
+        raise ValueError(f"adv_norm={mode!r} is not one of {ADV_NORM_MODES}")
+    stats_dtype = torch.float64
+    two_classes = mode != "single_combined"
+    zero_filled = mode != "per_class"
+    cls = row_class.to(torch.int64) if two_classes else torch.zeros_like(group_ids)
+    num_cls = 2 if two_classes else 1
+    set_ids = group_ids * num_cls + cls
+    num_sets = num_groups * num_cls
+
+    counts = row_counts.to(stats_dtype)
+    group_tokens = group_sum(counts, group_ids, num_groups)
+    set_tokens = group_sum(counts, set_ids, num_sets)
+    if zero_filled:
+        # every set spans all tokens of its group; the other class contributes zeros
+        denominators = group_tokens.repeat_interleave(num_cls)
+    else:
+        denominators = set_tokens
+
+    row_sums = values.sum(-1).to(stats_dtype)
+    if not torch.isfinite(row_sums).all():
+        raise ValueError("non-finite value at a valid response position (NaN/Inf entropy or reward?)")
+    set_sums = group_sum(row_sums, set_ids, num_sets)
+    set_mean = torch.where(denominators > 0, set_sums / denominators.clamp_min(1), torch.zeros_like(set_sums))
+
+    row_mean = set_mean[set_ids].to(values.dtype)
+    values.addcmul_(mask, row_mean.unsqueeze(-1), value=-1.0)
+
+    sq_dev = group_sum(row_dot(values, values).to(stats_dtype), set_ids, num_sets)
+    if zero_filled and two_classes:
+        outside_tokens = denominators - set_tokens  # tokens of the other class, counted as 0
+        sq_dev = sq_dev + outside_tokens * set_mean.square()
+    var = sample_variance(sq_dev, denominators, unbiased)
+    inv_std = inverse_spread(set_mean, var, epsilon)
+
+    row_scale = inv_std[set_ids]
+    if keep_rows is not None:
+        row_scale = row_scale * keep_rows.to(stats_dtype)
+    return values.mul_(row_scale.to(values.dtype).unsqueeze(-1))

@@ -1,0 +1,349 @@
+"""Paper A: GTPO (trajectory) conflict-aware token weights, entropy filter and shaping.
+
+"GTPO: Trajectory-Based Policy Optimization in Large Language Models", arXiv:2508.03772
+(v5: "GTPO: Stabilizing Group Relative Policy Optimization via Gradient and Entropy
+Control"). Equation numbers (S11)-(S17) are those of ALGORITHMS.md Part A (the v1 text as
+quoted there). "official" refers to github.com/winstonsmith1897/GTPO, gtpo/gtpo_training.py.
+
+Notation: B responses, T response length, K groups, G responses per group. Token ids
+``responses[i, t]``; position t is valid where ``response_mask`` is 1. A_i is the raw group
+advantage; P = {A > 0}, N = {A < 0}; Opp(i) is the other sign's set. Responses with A = 0
+take no part in conflicts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from gtpo_verl.algorithms.groups import group_sum, members_matrix, row_dot, sample_variance
+
+LN2 = math.log(2.0)
+OVERLAP_MODES = ("product", "union")
+DIVISOR_MODES = ("code", "union", "none")
+FILTER_SCOPES = ("all", "neg_only")
+ENTROPY_REG_MODES = ("advantage_offset", "differentiable")
+# |A_i| below this fraction of the group's reward scale is float rounding of an exact tie
+# with the mean: such a response is inactive (A = 0), as in an all-equal group.
+ADVANTAGE_TIE_TOLERANCE = 1e-6
+# Positions compared per pass when searching conflict runs; grows while runs continue.
+_FIRST_WINDOW = 64
+# Upper bound on K·G²·W booleans materialised by one pass of the run search.
+_MAX_COMPARISONS = 1 << 24
+
+
+class TrajectoryShaping(NamedTuple):
+    """Token advantages ``(B, T)`` and the per-response quantities behind them (all ``(B,)``)."""
+
+    advantages: torch.Tensor
+    raw_advantage: torch.Tensor  # A_i (before entropy shaping)
+    shaped_advantage: torch.Tensor  # Ã_i = δ_i (A_i − γ⟨H⟩_i)
+    mean_entropy: torch.Tensor  # ⟨H⟩_i
+    keep: torch.Tensor  # δ_i, bool
+    forward_run: torch.Tensor  # k_f(i)
+    backward_run: torch.Tensor  # k_b(i)
+    conflict_divisor: torch.Tensor  # n_conf(i) ≥ 1
+
+
+def group_relative_advantage(
+    scores: torch.Tensor,
+    group_ids: torch.Tensor,
+    num_groups: int,
+    *,
+    norm_by_std: bool = False,
+    epsilon: float = 1e-6,
+    members: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Return A_i = r_i − mean_group(r) ``(B,)`` (÷ (std + ε) if ``norm_by_std``), float64.
+
+    Official code: no std division (L1321 has it commented out); the paper text uses GRPO's
+    Â_i. Exact ties with the group mean (within ``ADVANTAGE_TIE_TOLERANCE``) are set to 0,
+    so an all-equal group is inactive whatever the float rounding. Rows outside ``members``
+    (responses without valid tokens) are ignored and get 0.
+    """
+    scores = scores.to(torch.float64)
+    member = torch.ones_like(scores, dtype=torch.bool) if members is None else members
+    member_f = member.to(torch.float64)
+    sizes = group_sum(member_f, group_ids, num_groups)
+    mean = group_sum(scores * member_f, group_ids, num_groups) / sizes.clamp_min(1)
+    centred = (scores - mean[group_ids]) * member_f
+    scale = group_sum(scores.abs() * member_f, group_ids, num_groups) / sizes.clamp_min(1)
+    tie = centred.abs() <= ADVANTAGE_TIE_TOLERANCE * (1.0 + scale[group_ids])
+    centred = torch.where(tie, torch.zeros_like(centred), centred)
+    if norm_by_std:
+        var = sample_variance(group_sum(centred.square(), group_ids, num_groups), sizes, unbiased=True)
+        centred = centred / (var.sqrt() + epsilon)[group_ids]
+    return centred
+
+
+def _runs_in_window(
+    ids: torch.Tensor,
+    valid: torch.Tensor,
+    sign: torch.Tensor,
+    members: torch.Tensor,
+) -> torch.Tensor:
+    """Return ``(B,)`` length of the leading run of conflicts inside one window of positions.
+
+    ``ids``/``valid`` are ``(B, W)`` (already aligned: forward or right-aligned positions).
+    Position w of row i conflicts iff some j of the same group with sign(A_j) = −sign(A_i) ≠ 0
+    is valid at w with the same token (C^f / C^b, ALGORITHMS.md §A.3). The partner may differ
+    from position to position. Cost: K·G²·W comparisons for the groups in ``members``.
+    """
+    batch = ids.shape[0]
+    slot = torch.where(members >= 0, members, batch)  # -1 → a dummy row that never matches
+    ids_ext = torch.cat([ids, ids.new_zeros(1, ids.shape[1])])
+    valid_ext = torch.cat([valid, valid.new_zeros(1, valid.shape[1])])
+    sign_ext = torch.cat([sign, sign.new_zeros(1)])
+    g_ids, g_valid, g_sign = ids_ext[slot], valid_ext[slot], sign_ext[slot]  # (K,G,W), (K,G,W), (K,G)
+    opposite = (g_sign.unsqueeze(2) * g_sign.unsqueeze(1)) < 0  # (K, G_i, G_j)
+    same_token = g_ids.unsqueeze(2) == g_ids.unsqueeze(1)  # (K, G_i, G_j, W)
+    partner_ok = same_token & g_valid.unsqueeze(1) & opposite.unsqueeze(-1)
+    conflict = partner_ok.any(dim=2) & g_valid  # (K, G, W)
+    run = conflict.to(torch.int32).cumprod(dim=-1).sum(dim=-1).to(torch.int64)  # (K, G)
+    out = torch.zeros(batch + 1, dtype=torch.int64)
+    out[slot.reshape(-1)] = run.reshape(-1)
+    return out[:batch]
+
+
+def leading_conflict_runs(
+    responses: torch.Tensor,
+    valid: torch.Tensor,
+    lengths: torch.Tensor,
+    sign: torch.Tensor,
+    group_ids: torch.Tensor,
+    num_groups: int,
+    *,
+    from_end: bool,
+    first_window: int = _FIRST_WINDOW,
+) -> torch.Tensor:
+    """Return k_f(i) (``from_end=False``) or k_b(i) (``from_end=True``), ``(B,)`` int64.
+
+    k_f = the largest k with C^f_{i,0..k−1} all 1; k_b the same on positions counted back
+    from each response's own last valid token (right alignment, official L165/L196 cumprod).
+
+    Runs are searched window by window and only while some run is still unbroken, so the
+    usual short shared prefixes/suffixes cost O(K·G²·64); near-duplicate groups cost more
+    but never more than ``_MAX_COMPARISONS`` booleans at once (not the official V·T bincount).
+    """
+    batch, width = responses.shape
+    runs = torch.zeros(batch, dtype=torch.int64)
+    active = (sign != 0) & (lengths > 0)
+    if not bool(active.any()):
+        return runs
+    members = members_matrix(group_ids, num_groups)
+    group_size = members.shape[1]
+    last = lengths - 1
+    start, window = 0, first_window
+    # rows whose run is unbroken so far; their groups are searched in the next window
+    open_rows = active
+    while start < width and bool(open_rows.any()):
+        open_groups = torch.zeros(num_groups, dtype=torch.bool)
+        open_groups[group_ids[open_rows]] = True
+        sub = members[open_groups]
+        window = max(1, min(window, width - start, _MAX_COMPARISONS // max(1, sub.shape[0] * group_size**2)))
+        offsets = torch.arange(start, start + window)
+        if from_end:
+            cols = last.unsqueeze(1) - offsets.unsqueeze(0)  # (B, W), may be < 0
+            in_range = cols >= 0
+            cols = cols.clamp_min(0)
+            win_ids = torch.gather(responses, 1, cols)
+            win_valid = torch.gather(valid, 1, cols) & in_range
+        else:
+            win_ids = responses[:, start : start + window]
+            win_valid = valid[:, start : start + window] & (offsets.unsqueeze(0) < lengths.unsqueeze(1))
+        found = _runs_in_window(win_ids, win_valid, sign, sub)
+        runs = torch.where(open_rows, runs + found, runs)
+        open_rows = open_rows & (found == window)
+        start += window
+        window *= 2
+    return runs
+
+
+def conflict_divisor(
+    forward_run: torch.Tensor, backward_run: torch.Tensor, lengths: torch.Tensor, *, mode: str
+) -> torch.Tensor:
+    """Return n_conf(i) ≥ 1 ``(B,)``, the per-response loss divisor of the official code.
+
+    ``code``: max(1, max(k_f, k_b)), what official L227 computes (it ORs a forward-indexed
+    mask with a reverse-indexed one; almost certainly a bug, kept for fidelity).
+    ``union``: max(1, |F ∪ B|) = max(1, min(|o|, k_f + k_b)), the presumable intent.
+    ``none``: 1, the paper text (no divisor). Inactive responses have runs 0, hence 1.
+    """
+    if mode == "code":
+        n = torch.maximum(forward_run, backward_run)
+    elif mode == "union":
+        n = torch.minimum(lengths, forward_run + backward_run)
+    else:
+        n = torch.zeros_like(forward_run)
+    return n.clamp_min(1)
+
+
+def _scale_spans_(values: torch.Tensor, starts: torch.Tensor, spans: torch.Tensor, factors: torch.Tensor) -> None:
+    """Multiply ``values[i, starts[i] : starts[i] + spans[i]]`` by ``factors[i]`` in place.
+
+    Runs are short in practice, so only their positions are touched; if they cover a large
+    part of the batch (collapsed, near-identical groups) one dense pass is cheaper.
+    """
+    total = int(spans.sum())
+    if total == 0:
+        return
+    batch, width = values.shape
+    if total * 8 < batch * width:
+        rows = torch.repeat_interleave(torch.arange(batch), spans)
+        first = torch.cumsum(spans, 0) - spans
+        cols = torch.arange(total) - torch.repeat_interleave(first - starts, spans)
+        values[rows, cols] *= factors[rows]
+    else:
+        positions = torch.arange(width).unsqueeze(0)
+        inside = (positions >= starts.unsqueeze(1)) & (positions < (starts + spans).unsqueeze(1))
+        values.mul_(torch.where(inside, factors.unsqueeze(1), torch.ones((), dtype=values.dtype)))
+
+
+def conflict_token_weights(
+    forward_run: torch.Tensor,
+    backward_run: torch.Tensor,
+    lengths: torch.Tensor,
+    raw_advantage: torch.Tensor,
+    width: int,
+    *,
+    conflict_weight: float = 2.0,
+    overlap: str = "product",
+) -> torch.Tensor:
+    """Return λ_{i,t} ``(B, T)`` (1 outside the runs; not yet masked). Eq. (S12).
+
+    On F_i = {0..k_f−1} and B_i = {|o_i|−k_b..|o_i|−1}: W (= 2) for A_i > 0, 0 for A_i < 0.
+    ``product`` (official L166-215): λ = λ^f·λ^b, so the overlap of both runs of a positive
+    response gets W² = 4. ``union`` (paper S12): λ ∈ {0, 1, W}.
+    """
+    weights = torch.ones(raw_advantage.shape[0], width, dtype=torch.float32)
+    apply_run_weights_(weights, forward_run, backward_run, lengths, raw_advantage, conflict_weight, overlap)
+    return weights
+
+
+def apply_run_weights_(
+    values: torch.Tensor,
+    forward_run: torch.Tensor,
+    backward_run: torch.Tensor,
+    lengths: torch.Tensor,
+    raw_advantage: torch.Tensor,
+    conflict_weight: float,
+    overlap: str,
+) -> torch.Tensor:
+    """Multiply ``values`` ``(B, T)`` in place by λ of ``conflict_token_weights``."""
+    factor = torch.where(raw_advantage > 0, conflict_weight, 0.0).to(values.dtype)
+    zeros = torch.zeros_like(forward_run)
+    _scale_spans_(values, zeros, forward_run, factor)
+    if overlap == "product":
+        _scale_spans_(values, lengths - backward_run, backward_run, factor)
+    else:  # union: the backward run minus what the forward run already covered
+        backward_only = torch.minimum(backward_run, (lengths - forward_run).clamp_min(0))
+        _scale_spans_(values, lengths - backward_only, backward_only, factor)
+    return values
+
+
+def entropy_filter(
+    mean_entropy: torch.Tensor,
+    raw_advantage: torch.Tensor,
+    *,
+    threshold: float | None,
+    scope: str = "all",
+    initial_entropy: float | None = None,
+) -> torch.Tensor:
+    """Return δ_i ``(B,)`` bool, Eq. (S16).
+
+    δ_i = 1[⟨H⟩_i ≤ threshold] (official L334, threshold 0.7; paper ln 2). ``scope="neg_only"``
+    filters only responses with A_i < 0 (the "OnlyNeg" ablation). ``initial_entropy`` is
+    ⟨H⟩_ini for the paper's gate: if ⟨H⟩_ini > threshold, δ ≡ 1. ``threshold=None``: no filter.
+    """
+    keep = torch.ones_like(mean_entropy, dtype=torch.bool)
+    if threshold is None or (initial_entropy is not None and initial_entropy > threshold):
+        return keep
+    keep = mean_entropy <= threshold
+    if scope == "neg_only":
+        keep = keep | (raw_advantage >= 0)
+    return keep
+
+
+def gtpo_traj_advantage(
+    responses: torch.Tensor,
+    response_mask: torch.Tensor,
+    sequence_scores: torch.Tensor,
+    group_ids: torch.Tensor,
+    num_groups: int,
+    entropy: torch.Tensor | None = None,
+    *,
+    gamma: float = 0.1,
+    entropy_threshold: float | None = 0.7,
+    conflict_weight: float = 2.0,
+    overlap: str = "product",
+    divisor: str = "code",
+    norm_adv_by_std: bool = False,
+    entropy_filter_scope: str = "all",
+    initial_entropy: float | None = None,
+    entropy_reg_mode: str = "advantage_offset",
+    epsilon: float = 1e-6,
+) -> TrajectoryShaping:
+    """Return GTPO-trajectory token advantages Ã_i · λ_{i,t} / n_conf(i) on valid tokens.
+
+    Implements the official objective (README), Eq. (S12), (S16), (S17), arXiv:2508.03772::
+
+        J = (1/G) Σ_i δ_i (A_i − γ⟨H⟩_i) / |o_i| · Σ_t r_{i,t} λ_{i,t}   [/ n_conf(i), code]
+
+    Baking λ ≥ 0 and 1/n_conf into the advantage is exact for a clipped (or ratio ≡ 1)
+    surrogate; verl's ``seq-mean-token-mean`` then supplies (1/G) Σ_i 1/|o_i| Σ_t.
+
+    Args:
+        responses: ``(B, T)`` int token ids; response_mask ``(B, T)``.
+        sequence_scores: ``(B,)`` r_i; group_ids ``(B,)`` in [0, K).
+        entropy: ``(B, T)`` old-policy entropy H_{i,t}; may be None only when ``gamma == 0``
+            (or ``entropy_reg_mode="differentiable"``) and ``entropy_threshold is None``.
+        entropy_reg_mode: ``advantage_offset`` (official: Ã = δ(A − γ⟨H⟩), a detached
+            REINFORCE-style penalty) or ``differentiable`` (Ã = δA here; the actor adds the
+            analytic −γ ∇H term, S17 read as a loss term).
+
+    NOTE: λ signs come from the raw A_i, even where Ã_i flips sign (0 < A_i < γ⟨H⟩_i), as in
+    the official code. All-equal groups are not skipped: λ ≡ 1, Ã = −δγ⟨H⟩ (golden A4).
+    """
+    valid = response_mask.bool()
+    dtype = torch.float32 if entropy is None else torch.promote_types(entropy.dtype, torch.float32)
+    mask = valid.to(dtype)
+    counts = mask.sum(-1)
+    # the backward run is anchored at the last valid token (EOS, or the last generated one)
+    positions = torch.arange(1, valid.shape[1] + 1, dtype=torch.int64)
+    lengths = (valid.to(torch.int64) * positions).amax(dim=-1) if valid.shape[1] else counts.long()
+    member = counts > 0
+
+    raw = group_relative_advantage(
+        sequence_scores, group_ids, num_groups, norm_by_std=norm_adv_by_std, epsilon=epsilon, members=member
+    )
+    if entropy is None:
+        mean_entropy = torch.zeros_like(raw)
+    else:
+        masked_entropy = torch.where(valid, entropy.detach().to(dtype), torch.zeros((), dtype=dtype))
+        mean_entropy = (masked_entropy.sum(-1) / counts.clamp_min(1)).to(torch.float64)
+    keep = entropy_filter(
+        mean_entropy, raw, threshold=entropy_threshold, scope=entropy_filter_scope, initial_entropy=initial_entropy
+    )
+    offset = gamma * mean_entropy if entropy_reg_mode == "advantage_offset" else torch.zeros_like(raw)
+    shaped = torch.where(keep & member, raw - offset, torch.zeros_like(raw))
+
+    sign = torch.sign(raw).to(torch.int8)
+    ids = responses.to(torch.int64)
+    k_f = leading_conflict_runs(ids, valid, lengths, sign, group_ids, num_groups, from_end=False)
+    k_b = leading_conflict_runs(ids, valid, lengths, sign, group_ids, num_groups, from_end=True)
+    n_conf = conflict_divisor(k_f, k_b, lengths, mode=divisor)
+
+    advantages = mask * (shaped / n_conf).to(dtype).unsqueeze(-1)
+    apply_run_weights_(advantages, k_f, k_b, lengths, raw, conflict_weight, overlap)
+    return TrajectoryShaping(
+        advantages=advantages,
+        raw_advantage=raw,
+        shaped_advantage=shaped,
+        mean_entropy=mean_entropy,
+        keep=keep,
+        forward_run=k_f,
+        backward_run=k_b,
+        conflict_divisor=n_conf,
+    )

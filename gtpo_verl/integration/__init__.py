@@ -1,0 +1,1 @@
+"""The verl-facing layer: registration, config blocks, trainer integration (imports verl)."""

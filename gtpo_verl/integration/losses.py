@@ -1,0 +1,91 @@
+"""verl adapter for the ``grpo_s`` policy loss (Paper B, Eq. S33-S34 / S38).
+
+verl's ``ppo_loss`` calls a registered loss per micro-batch in the actor worker with
+``old_log_prob``, ``log_prob``, ``advantages``, ``response_mask``, ``loss_agg_mode``,
+``config`` (the actor config) and ``rollout_is_weights``. The per-sequence loss is
+broadcast to the sequence's tokens and aggregated with verl's ``agg_loss`` and the global
+batch info, so the value and gradient are those of the whole mini-batch under any
+micro-batching or data parallelism. With ``seq-mean-token-mean`` (recommended) this is
+exactly (1/G) Σ_i L_i.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from gtpo_verl.algorithms.sequence_shaping import clipped_sequence_surrogate, sequence_importance_ratio
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    total = mask.sum()
+    return float((values * mask).sum() / total) if total > 0 else 0.0
+
+
+def compute_policy_loss_grpo_s(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    config: Optional[Any] = None,
+    rollout_is_weights: Optional[torch.Tensor] = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """GRPO-S clipped surrogate on the sequence ratio ŵ_i, arXiv:2508.04349 Eq. (S33)-(S34).
+
+    Args:
+        old_log_prob, log_prob, advantages, response_mask: ``(B, T)``; ``advantages`` holds
+            Â_i on every token of response i (as the ``grpo_s`` estimator writes it).
+        config: verl ``ActorConfig``; reads ``clip_ratio_low/high`` (falling back to
+            ``clip_ratio``) and ``policy_loss.sequence_ratio_mean``.
+
+    NOTE: the clip is on ŵ_i, not per token; ``clip_ratio_c`` (dual clip) does not apply.
+    """
+    from verl.trainer.ppo.core_algos import agg_loss
+
+    if config is None:
+        raise ValueError("the grpo_s policy loss needs the actor config (clip_ratio_low/high).")
+    clip_low = config.clip_ratio_low if config.clip_ratio_low is not None else config.clip_ratio
+    clip_high = config.clip_ratio_high if config.clip_ratio_high is not None else config.clip_ratio
+    policy_loss_cfg = config.get("policy_loss", None) if hasattr(config, "get") else None
+    ratio_mean = "arithmetic"
+    if policy_loss_cfg is not None:
+        ratio_mean = policy_loss_cfg.get("sequence_ratio_mean", "arithmetic") or "arithmetic"
+
+    mask = response_mask.to(log_prob.dtype)
+    counts = mask.sum(-1)
+    seq_ratio = sequence_importance_ratio(log_prob, old_log_prob, mask, mean=ratio_mean)
+    seq_adv = (advantages.detach() * mask).sum(-1) / counts.clamp_min(1)
+    seq_loss, seq_clipped = clipped_sequence_surrogate(seq_ratio, seq_adv, clip_low=clip_low, clip_high=clip_high)
+
+    loss_mat = seq_loss.unsqueeze(-1).expand_as(log_prob)
+    if rollout_is_weights is not None:
+        loss_mat = loss_mat * rollout_is_weights
+    global_batch_info = getattr(config, "global_batch_info", None) or {}
+    pg_loss = agg_loss(loss_mat=loss_mat, loss_mask=mask, loss_agg_mode=loss_agg_mode, **global_batch_info)
+
+    has_tokens = (counts > 0).to(log_prob.dtype)
+    with torch.no_grad():
+        log_ratio = (log_prob - old_log_prob).detach()
+        metrics = {
+            "actor/pg_clipfrac": _masked_mean(seq_clipped.to(log_prob.dtype), has_tokens),
+            "actor/ppo_kl": _masked_mean(-log_ratio, mask),
+            "actor/pg_clipfrac_lower": _masked_mean((seq_clipped & (seq_adv < 0)).to(log_prob.dtype), has_tokens),
+            "actor/seq_ratio_mean": _masked_mean(seq_ratio.detach(), has_tokens),
+        }
+    return pg_loss, metrics
+
+
+def register_losses() -> None:
+    """Add the ``grpo_s`` loss to verl's ``POLICY_LOSS_REGISTRY`` (refuses to overwrite another)."""
+    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, register_policy_loss
+
+    existing = POLICY_LOSS_REGISTRY.get("grpo_s")
+    if existing is not None and existing is not compute_policy_loss_grpo_s:
+        raise ValueError(
+            f"policy loss 'grpo_s' is already registered by {existing.__module__}.{existing.__qualname__}; "
+            "verl would silently overwrite it. Remove the other registration."
+        )
+    register_policy_loss("grpo_s")(compute_policy_loss_grpo_s)

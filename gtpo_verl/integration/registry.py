@@ -1,0 +1,49 @@
+"""Registers the estimators and the policy loss in verl's registries.
+
+This module is the target of the ``verl.plugins`` entry point, so ``import verl`` loads it
+in every process (driver, TaskRunner, workers). It stays light: verl's ``core_algos`` and
+our pure algorithms only. verl swallows plugin import errors at DEBUG level, so a failure
+here is logged as an error before it propagates, and ``check_registered`` lets start-up
+code fail loudly with the fix.
+
+Registered names (short, and distinct for the two papers called "GTPO"):
+- estimators ``gtpo_token`` (Paper B, token), ``grpo_s`` (Paper B, sequence), ``gtpo_traj`` (Paper A);
+- policy loss ``grpo_s`` (Paper B, sequence-ratio surrogate).
+"""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+ESTIMATOR_NAMES = ("gtpo_token", "grpo_s", "gtpo_traj")
+POLICY_LOSS_NAMES = ("grpo_s",)
+
+try:
+    from gtpo_verl.integration.estimators import register_estimators
+    from gtpo_verl.integration.losses import register_losses
+
+    register_estimators()
+    register_losses()
+except Exception:  # verl would hide this at DEBUG level
+    logger.error("gtpo_verl: registering estimators/losses with verl failed", exc_info=True)
+    raise
+
+
+def check_registered() -> None:
+    """Raise a clear error unless every gtpo_verl name is in verl's registries.
+
+    Call it where the names are used (the TaskRunner for estimators, the actor workers for
+    losses): verl only imports plugins silently, so a missing install shows up here.
+    """
+    from verl.trainer.ppo import core_algos
+
+    missing = [f"estimator {n!r}" for n in ESTIMATOR_NAMES if n not in core_algos.ADV_ESTIMATOR_REGISTRY]
+    missing += [f"policy loss {n!r}" for n in POLICY_LOSS_NAMES if n not in core_algos.POLICY_LOSS_REGISTRY]
+    if missing:
+        raise RuntimeError(
+            f"gtpo_verl is not registered with verl in this process (missing {', '.join(missing)}). "
+            "Install the package on every node (`pip install -e .`), and do not set "
+            "VERL_USE_EXTERNAL_PLUGINS=none; or add `actor_rollout_ref.model.external_lib=gtpo_verl.integration.registry`."
+        )

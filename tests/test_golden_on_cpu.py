@@ -1,0 +1,279 @@
+"""Golden values of ALGORITHMS.md §3 (A0-A4, B1-B7), hand-checked in the spec.
+
+Each case runs in float64 (must match to 1e-6) and in float32, verl's dtype (1e-5: the
+per-class case divides differences of ~1.1-valued rewards by a std of 0.05, which costs
+float32 about 20 ulps).
+"""
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from gtpo_verl.algorithms.groups import group_ids_from_uids
+from gtpo_verl.algorithms.sequence_shaping import (
+    clipped_sequence_surrogate,
+    grpo_s_advantage,
+    sequence_importance_ratio,
+)
+from gtpo_verl.algorithms.token_shaping import gtpo_token_advantage, overlong_length_penalty
+from gtpo_verl.algorithms.trajectory import conflict_token_weights, gtpo_traj_advantage
+
+DTYPES = [(torch.float64, 1e-6), (torch.float32, 1e-5)]
+
+
+def close(actual, expected, atol):
+    assert_close(actual.to(torch.float64), torch.as_tensor(expected, dtype=torch.float64), atol=atol, rtol=0)
+
+
+# ----------------------------------------------------------------------------- Paper A
+A1_IDS = [[11, 12, 13, 14, 15, 99, 2], [11, 12, 21, 15, 99, 2], [11, 22, 13, 14, 99, 2], [31, 12, 13, 99, 2]]
+A1_REWARDS = [20.0, 0.0, 10.0, 2.0]  # A = r - mean = [12, -8, 2, -6]
+
+
+def test_a0_entropy_of_known_distributions():
+    # verl's entropy_from_logits is what produces `entropys`; check it on the spec's cases
+    from verl.utils.torch_functional import entropy_from_logits
+
+    logits = torch.log(torch.tensor([[0.5, 0.25, 0.25], [0.5, 0.5, 1e-30]], dtype=torch.float64))
+    close(entropy_from_logits(logits), [1.5 * math.log(2), math.log(2)], 1e-6)  # 1.039721, 0.693147
+
+
+def _a1_batch(pad, width=9, dtype=torch.float32):
+    ids, mask = pad(A1_IDS, width=width, dtype=torch.int64)
+    entropy = torch.tensor([0.30, 0.50, 0.90, 0.69], dtype=dtype).unsqueeze(1).expand(4, width).clone()
+    return ids, mask, entropy
+
+
+@pytest.mark.parametrize("dtype,atol", DTYPES)
+def test_a1_a3_official_runs_weights_and_coefficients(pad, dtype, atol):
+    ids, mask, entropy = _a1_batch(pad, dtype=dtype)
+    out = gtpo_traj_advantage(
+        ids, mask, torch.tensor(A1_REWARDS), torch.zeros(4, dtype=torch.long), 1, entropy.to(dtype)
+    )
+    assert out.forward_run.tolist() == [3, 2, 1, 0]
+    assert out.backward_run.tolist() == [3, 3, 2, 2]
+    assert out.conflict_divisor.tolist() == [3, 3, 2, 2]  # code: max(k_f, k_b)
+    assert out.keep.tolist() == [True, True, False, True]  # <H> = [.3, .5, .9, .69] vs 0.7
+    close(out.shaped_advantage, [11.97, -8.05, 0.0, -6.069], atol)  # δ(A - 0.1<H>)
+    # official loss coefficient Ã·λ/(|o|·n_conf) = advantage/|o|
+    coeff = out.advantages / mask.sum(-1, keepdim=True)
+    c0 = [1.14, 1.14, 1.14, 0.57, 1.14, 1.14, 1.14, 0, 0]  # 11.97·2/(7·3); t3 has λ=1
+    c1 = [0, 0, -0.447222, 0, 0, 0, 0, 0, 0]  # -8.05/(6·3) at the only non-conflict token
+    c3 = [-0.6069, -0.6069, -0.6069, 0, 0, 0, 0, 0, 0]
+    close(coeff, [c0, c1, [0] * 9, c3], atol)
+
+
+def test_a1_lambda_code_equals_paper(pad):
+    ids, mask, entropy = _a1_batch(pad)
+    out = gtpo_traj_advantage(ids, mask, torch.tensor(A1_REWARDS), torch.zeros(4, dtype=torch.long), 1, entropy)
+    lengths = mask.sum(-1)
+    expected = [[2, 2, 2, 1, 2, 2, 2], [0, 0, 1, 0, 0, 0], [2, 1, 1, 1, 2, 2], [1, 1, 1, 0, 0]]
+    for overlap in ("product", "union"):
+        lam = conflict_token_weights(
+            out.forward_run, out.backward_run, lengths, out.raw_advantage, 9, overlap=overlap
+        ) * mask
+        for row, exp in enumerate(expected):
+            assert lam[row, : len(exp)].tolist() == exp
+    union = gtpo_traj_advantage(
+        ids, mask, torch.tensor(A1_REWARDS), torch.zeros(4, dtype=torch.long), 1, entropy, divisor="union"
+    )
+    assert union.conflict_divisor.tolist() == [6, 5, 3, 2]
+
+
+@pytest.mark.parametrize("dtype,atol", DTYPES)
+def test_a3_paper_literal_coefficients(pad, dtype, atol):
+    ids, mask, entropy = _a1_batch(pad, dtype=dtype)
+    # the spec's paper-literal case: λ union, no n_conf, threshold ln 2 (raw A, as in its Ã)
+    out = gtpo_traj_advantage(
+        ids,
+        mask,
+        torch.tensor(A1_REWARDS),
+        torch.zeros(4, dtype=torch.long),
+        1,
+        entropy,
+        overlap="union",
+        divisor="none",
+        entropy_threshold=math.log(2),
+    )
+    group_size = 4
+    coeff = out.advantages / (group_size * mask.sum(-1, keepdim=True))  # Ã·λ/(G·|o|)
+    c0 = [0.855, 0.855, 0.855, 0.4275, 0.855, 0.855, 0.855, 0, 0]
+    c1 = [0, 0, -0.335417, 0, 0, 0, 0, 0, 0]
+    c3 = [-0.30345, -0.30345, -0.30345, 0, 0, 0, 0, 0, 0]
+    close(coeff, [c0, c1, [0] * 9, c3], atol)
+
+
+def test_a2_overlap_gives_four_and_full_masking(pad):
+    ids, mask = pad([[7, 8, 2], [7, 8, 8, 2]], dtype=torch.int64)
+    scores = torch.tensor([1.0, 0.0])  # A = [+0.5, -0.5]: signs as in the spec's A = ±1
+    group = torch.zeros(2, dtype=torch.long)
+    out = gtpo_traj_advantage(ids, mask, scores, group, 1, None, gamma=0.0, entropy_threshold=None)
+    assert (out.forward_run.tolist(), out.backward_run.tolist()) == ([2, 2], [2, 2])
+    lengths = mask.sum(-1)
+    lam_code = conflict_token_weights(out.forward_run, out.backward_run, lengths, out.raw_advantage, 4) * mask
+    lam_paper = (
+        conflict_token_weights(out.forward_run, out.backward_run, lengths, out.raw_advantage, 4, overlap="union")
+        * mask
+    )
+    assert lam_code.tolist() == [[2, 4, 2, 0], [0, 0, 0, 0]]
+    assert lam_paper.tolist() == [[2, 2, 2, 0], [0, 0, 0, 0]]
+    assert out.conflict_divisor.tolist() == [2, 2]
+    union = gtpo_traj_advantage(ids, mask, scores, group, 1, None, gamma=0.0, entropy_threshold=None, divisor="union")
+    assert union.conflict_divisor.tolist() == [3, 4]
+    assert torch.equal(out.advantages[1], torch.zeros(4))  # the negative completion gets no gradient
+
+
+@pytest.mark.parametrize("dtype,atol", DTYPES)
+def test_a4_zero_advantage_group_is_not_skipped(pad, dtype, atol):
+    ids, mask = pad([[5, 6, 2], [5, 7, 8, 2]], dtype=torch.int64)
+    entropy = torch.tensor([[0.2] * 4, [0.8] * 4], dtype=dtype)
+    out = gtpo_traj_advantage(ids, mask, torch.tensor([20.0, 20.0]), torch.zeros(2, dtype=torch.long), 1, entropy)
+    close(out.raw_advantage, [0.0, 0.0], 0)
+    assert out.keep.tolist() == [True, False]
+    close(out.shaped_advantage, [-0.02, 0.0], atol)
+    assert out.forward_run.tolist() == [0, 0] and out.conflict_divisor.tolist() == [1, 1]  # λ ≡ 1
+    close(out.advantages[0, :3] / 3, [-0.006667] * 3, 1e-6 if dtype == torch.float64 else atol)
+    close(out.advantages[1], [0.0] * 4, 0)
+
+
+# ----------------------------------------------------------------------------- Paper B
+B1_ENTROPY = [[0.6, 0.2, 1.0], [0.2, 0.6], [0.5, 0.5, 0.5], [0.4]]
+B1_SCORES = [1.0, 1.0, 0.0, 0.0]  # O+ = {o0, o1}
+
+
+def _b1(pad, dtype):
+    entropy, mask = pad(B1_ENTROPY, dtype=dtype)
+    return entropy, mask, torch.tensor(B1_SCORES, dtype=dtype), torch.zeros(4, dtype=torch.long)
+
+
+def _rows(adv, mask):
+    return [adv[i, : int(mask[i].sum())].tolist() for i in range(adv.shape[0])]
+
+
+def _close_rows(adv, mask, expected, atol):
+    for got, exp in zip(_rows(adv, mask), expected):
+        close(torch.tensor(got), exp, atol)
+
+
+@pytest.mark.parametrize("dtype,atol", DTYPES)
+def test_b1_gtpo_base_unbiased_and_population(pad, dtype, atol):
+    entropy, mask, scores, group = _b1(pad, dtype)
+    unbiased = gtpo_token_advantage(entropy, mask, scores, group, 1, alpha1=0.9, alpha2=0.1).advantages
+    fail = -1.051727
+    _close_rows(unbiased, mask, [[0.936037, 0.746726, 0.841381], [0.746726, 0.936037], [fail] * 3, [fail]], atol)
+    population = gtpo_token_advantage(
+        entropy, mask, scores, group, 1, alpha1=0.9, alpha2=0.1, std_unbiased=False
+    ).advantages
+    fail = -1.115525
+    _close_rows(population, mask, [[0.992817, 0.792022, 0.89242], [0.792022, 0.992817], [fail] * 3, [fail]], atol)
+
+
+@pytest.mark.parametrize("dtype,atol", DTYPES)
+def test_b2_gtpo_negative_shaping(pad, dtype, atol):
+    entropy, mask, scores, group = _b1(pad, dtype)
+    adv = gtpo_token_advantage(entropy, mask, scores, group, 1, alpha1=0.9, alpha2=0.1, negative_shaping=True)
+    expected = [[0.936037, 0.746726, 0.841381], [0.746726, 0.936037], [-0.838626, -1.048283, -1.048283], [-1.257939]]
+    _close_rows(adv.advantages, mask, expected, atol)
+
+
+def test_b3_clipped_reward_and_length_penalty():
+    # clip range [1, α1(1+1/κ)] = [1, 1.2] with α1 = 0.9, κ = 3; rewards before normalisation:
+    # d=4, H=[2,0,0,0]: raw [1.3,.9,.9,.9] -> [1.2,1,1,1]; d=3, H=[1.5,.3,.2]: -> [1.125,1,1]
+    # Checked through the estimator: one success column at a time, one failure, z-scored.
+    for column, expected_reward in (([2.0, 0, 0, 0], [1.2, 1, 1, 1]), ([1.5, 0.3, 0.2], [1.125, 1, 1])):
+        n = len(column)
+        entropy = torch.tensor(column + [0.5], dtype=torch.float64).unsqueeze(1)
+        mask = torch.ones(n + 1, 1, dtype=torch.int64)
+        scores = torch.tensor([1.0] * n + [0.0], dtype=torch.float64)
+        out = gtpo_token_advantage(
+            entropy, mask, scores, torch.zeros(n + 1, dtype=torch.long), 1, alpha1=0.9, alpha2=0.1,
+            variant="clipped_len", kappa=3.0, overlong_buffer_len=4, max_response_len=10,
+        ).advantages.squeeze(1)
+        rewards = torch.tensor(expected_reward + [0.0], dtype=torch.float64)  # R(i)=0 at |o|=1
+        reference = (rewards - rewards.mean()) / (rewards.std() + 1e-6)
+        close(out, reference, 1e-6)
+    lengths = torch.tensor([5, 6, 8, 10, 12])
+    close(overlong_length_penalty(lengths, buffer_len=4, max_len=10), [0, 0, -0.5, -1.0, -1], 1e-9)
+    close(overlong_length_penalty(lengths, buffer_len=4, max_len=10, denominator="l2"), [0, 0, -0.2, -0.4, -1], 1e-9)
+
+
+def test_b4_geometric_variants():
+    # H = [0.5, 2.0], GM = 1: positive (S20) 0.9 + 0.1·H/GM = [0.95, 1.10]; negative (S27) −(1/H)/GM(1/H) = [−2, −0.5]
+    entropy = torch.tensor([[0.5, 2.0], [0.5, 2.0]], dtype=torch.float64)
+    mask = torch.ones(2, 2, dtype=torch.int64)
+    group = torch.tensor([0, 1])
+    # one-row groups with a single class make the z-score 0, so read the rewards through a
+    # two-row group instead: success row and failure row share the entropies
+    scores = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    out = gtpo_token_advantage(
+        entropy, mask, scores, torch.zeros(2, dtype=torch.long), 1, alpha1=0.9, alpha2=0.1,
+        entropy_share="geometric", negative_shaping=True, adv_norm="single_combined", epsilon=1e-12,
+    ).advantages
+    rewards = torch.tensor([0.95, 1.10, -2.0, -0.5], dtype=torch.float64)
+    reference = ((rewards - rewards.mean()) / (rewards.std() + 1e-12)).view(2, 2)
+    close(out, reference, 1e-6)
+    del group
+
+
+@pytest.mark.parametrize("dtype,atol", DTYPES)
+def test_b5_grpo_s(pad, dtype, atol):
+    entropy, mask, scores, group = _b1(pad, dtype)
+    base = grpo_s_advantage(entropy, mask, scores, group, 1, beta1=0.9, beta2=0.1)
+    close(base.mean_entropy, [0.6, 0.4, 0.5, 0.4], atol)
+    close(base.sequence_advantages, [0.900305, 0.831051, -0.865678, -0.865678], atol)
+    neg = grpo_s_advantage(entropy, mask, scores, group, 1, beta1=0.9, beta2=0.1, negative_shaping=True)
+    close(neg.sequence_advantages, [0.900305, 0.831051, -0.665409, -1.045643], atol)
+    _close_rows(neg.advantages, mask, [[0.900305] * 3, [0.831051] * 2, [-0.665409] * 3, [-1.045643]], atol)
+
+
+def test_b5_sequence_ratio_and_clip():
+    log_ratio = torch.log(torch.tensor([[1.1, 0.9, 1.3], [1.5, 1.5, 1.2]], dtype=torch.float64))
+    log_prob = log_ratio.clone().requires_grad_(True)
+    mask = torch.ones(2, 3)
+    ratio = sequence_importance_ratio(log_prob, torch.zeros(2, 3, dtype=torch.float64), mask)
+    close(ratio, [1.1, 1.4], 1e-9)
+    loss, clipped = clipped_sequence_surrogate(ratio, torch.tensor([1.0, 1.0], dtype=torch.float64), clip_low=0.2, clip_high=0.28)
+    close(loss, [-1.1, -1.28], 1e-9)  # 1.4 is clipped to 1.28 for Â > 0
+    assert clipped.tolist() == [False, True]
+    loss.sum().backward()
+    assert torch.count_nonzero(log_prob.grad[1]) == 0  # the clipped sequence gets no gradient
+    close(log_prob.grad[0], -torch.tensor([1.1, 0.9, 1.3], dtype=torch.float64) / 3, 1e-9)
+
+
+PC = 0.05 / (0.05 + 1e-6)
+
+
+@pytest.mark.parametrize("dtype,atol", DTYPES)
+def test_b6_unified_v6_token_normalisations(pad, dtype, atol):
+    entropy, mask, scores, group = _b1(pad, dtype)
+    expected = {
+        "two_zero_filled": [[0.927793, 0.755625, 0.841709], [0.755625, 0.927793], [-1.034878, -1.054042, -1.054042], [-1.073207]],
+        "single_combined": [[0.885973, 0.799771, 0.842872], [0.799771, 0.885973], [-1.044012, -1.05359, -1.05359], [-1.063168]],
+        # the spec prints 1.0 here; with its own ε = 1e-6 the value is 0.05/(0.05 + 1e-6):
+        # r̃⁺ = [1.15, 1.05, 1.10, 1.05, 1.15] has mean 1.1 and unbiased std exactly 0.05
+        "per_class": [[PC, -PC, 0.0], [-PC, PC], [1.22461, 0.0, 0.0], [-1.22461]],
+    }
+    for mode, rows in expected.items():
+        adv = gtpo_token_advantage(
+            entropy, mask, scores, group, 1, alpha1=1.0, alpha2=0.1, variant="unified_v6", negative_shaping=True, adv_norm=mode
+        ).advantages
+        _close_rows(adv, mask, rows, atol)
+
+
+@pytest.mark.parametrize("dtype,atol", DTYPES)
+def test_b7_unified_v6_grpo_s(pad, dtype, atol):
+    entropy, mask, scores, group = _b1(pad, dtype)
+    kwargs = dict(beta1=1.0, beta2=0.1, variant="unified_v6", negative_shaping=True, adv_norm="single_combined")
+    arithmetic = grpo_s_advantage(entropy, mask, scores, group, 1, **kwargs)
+    close(arithmetic.sequence_advantages, [0.881675, 0.850187, -0.857184, -0.874678], atol)
+    geometric = grpo_s_advantage(entropy, mask, scores, group, 1, negative_share="geometric", **kwargs)
+    close(geometric.sequence_advantages, [0.881671, 0.850191, -0.857132, -0.87473], atol)
+
+
+def test_group_ids_from_verl_uids_are_dense_and_order_free():
+    import numpy as np
+
+    ids, k = group_ids_from_uids(np.array(["b", "a", "b", "pad3f"], dtype=object))
+    assert k == 3 and ids[0] == ids[2] and len({int(ids[1]), int(ids[0]), int(ids[3])}) == 3
