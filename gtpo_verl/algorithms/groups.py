@@ -81,3 +81,41 @@ def members_matrix(group_ids: torch.Tensor, num_groups: int) -> torch.Tensor:
     members = torch.full((num_groups, g_max), -1, dtype=torch.int64)
     members[sorted_groups, slot] = order
     return members
+
+
+def _check_finite_rows(row_sums: torch.Tensor, what: str) -> None:
+    if not bool(torch.isfinite(row_sums).all()):
+        rows = torch.nonzero(~torch.isfinite(row_sums)).flatten()[:5].tolist()
+        raise ValueError(f"non-finite {what} at valid response positions of rows {rows} (NaN/Inf entropy?)")
+
+
+def masked_row_sums(values: torch.Tensor, mask: torch.Tensor, what: str = "value") -> torch.Tensor:
+    """Return ``(B,)`` sums of ``values`` over ``mask`` (float 0/1) without a ``(B, T)`` temporary.
+
+    Garbage (NaN/Inf) outside the mask is ignored: such rows are recomputed with ``where``.
+    Non-finite values inside the mask raise a ``ValueError``.
+    """
+    sums = row_dot(values, mask)
+    bad = ~torch.isfinite(sums)
+    if bool(bad.any()):
+        rows = torch.nonzero(bad).flatten()
+        sums[rows] = torch.where(mask[rows] > 0, values[rows], torch.zeros((), dtype=values.dtype)).sum(-1)
+        _check_finite_rows(sums, what)
+    return sums
+
+
+def masked_copy(values: torch.Tensor, mask: torch.Tensor, what: str = "value") -> tuple[torch.Tensor, torch.Tensor]:
+    """Return ``(values * mask, row sums)``: a fresh ``(B, T)`` buffer that is exactly 0 outside the mask.
+
+    One multiply in the usual case; rows with NaN/Inf garbage outside the mask are redone
+    with ``where``, and non-finite values inside the mask raise a ``ValueError``.
+    """
+    out = torch.mul(values, mask)
+    sums = out.sum(-1)
+    bad = ~torch.isfinite(sums)
+    if bool(bad.any()):
+        rows = torch.nonzero(bad).flatten()
+        out[rows] = torch.where(mask[rows] > 0, values[rows], torch.zeros((), dtype=out.dtype))
+        sums[rows] = out[rows].sum(-1)
+        _check_finite_rows(sums, what)
+    return out, sums

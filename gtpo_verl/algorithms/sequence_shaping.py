@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from gtpo_verl.algorithms.groups import group_sum
+from gtpo_verl.algorithms.groups import group_sum, masked_row_sums
 from gtpo_verl.algorithms.normalization import zscore_by_class_
 
 SEQUENCE_VARIANTS = ("base", "unified_v6")
@@ -106,15 +106,14 @@ def grpo_s_advantage(
         ``SequenceShaping``; ``advantages`` is Â_i on every valid token of response i.
     """
     dtype = torch.promote_types(entropy.dtype, torch.float32)
-    valid = response_mask.bool()
-    mask = valid.to(dtype)
+    mask = response_mask.to(dtype)
     counts = mask.sum(-1)
     member = counts > 0
     success = (sequence_scores > success_threshold) & member
     fail = ~success & member
 
-    token_entropy = torch.where(valid, entropy.detach().to(dtype), torch.zeros((), dtype=dtype))
-    mean_entropy = token_entropy.sum(-1) / counts.clamp_min(1)  # Ĥ_i, Eq. (S32)
+    entropy_sums = masked_row_sums(entropy.detach().to(dtype), mask, "entropy")
+    mean_entropy = entropy_sums / counts.clamp_min(1)  # Ĥ_i, Eq. (S32)
 
     reward = beta1 + beta2 * share_of_set(mean_entropy, success, group_ids, num_groups, mean="arithmetic")
     reward = torch.where(success, reward, 0.0)

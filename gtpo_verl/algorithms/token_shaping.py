@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from gtpo_verl.algorithms.groups import group_sum, row_dot
+from gtpo_verl.algorithms.groups import group_sum, masked_copy, row_dot
 from gtpo_verl.algorithms.normalization import ADV_NORM_MODES, zscore_by_class_
 
 TOKEN_VARIANTS = ("base", "clipped_len", "unified_v6")
@@ -75,8 +75,10 @@ def _column_share_(
     uniform[num_groups] = 0.0
     gathered = torch.index_select(scale, 0, member_groups)
     values.mul_(gathered)
-    torch.index_select(uniform, 0, member_groups, out=gathered)
-    return values.addcmul_(gathered, mask)
+    if bool(uniform.any()):  # only columns whose entropies all vanish need the second table
+        torch.index_select(uniform, 0, member_groups, out=gathered)
+        values.addcmul_(gathered, mask)
+    return values
 
 
 def _row_geometric_mean(values: torch.Tensor, mask: torch.Tensor, counts: torch.Tensor, epsilon: float) -> torch.Tensor:
@@ -144,15 +146,14 @@ def gtpo_token_advantage(
     whose entropies all vanish gives each active success a share of 1.
     """
     dtype = torch.promote_types(entropy.dtype, torch.float32)
-    valid = response_mask.bool()
-    mask = valid.to(dtype)
+    mask = response_mask.to(dtype)
     counts = mask.sum(-1)
     success = sequence_scores > success_threshold
     fail = ~success
 
     # α2 · share on success tokens, 0 elsewhere (shares are detached constants)
-    shaped = torch.where(valid, entropy.detach().to(dtype), torch.zeros((), dtype=dtype))
-    mean_entropy = shaped.sum(-1) / counts.clamp_min(1)
+    shaped, entropy_sums = masked_copy(entropy.detach().to(dtype), mask, "entropy")
+    mean_entropy = entropy_sums / counts.clamp_min(1)
     negative_branch = negative_shaping or variant == "unified_v6"
     inverse_entropy = None
     if negative_branch:

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import torch
 
-from gtpo_verl.algorithms.groups import group_sum, members_matrix, row_dot, sample_variance
+from gtpo_verl.algorithms.groups import group_sum, masked_row_sums, members_matrix, sample_variance
 
 LN2 = math.log(2.0)
 OVERLAP_MODES = ("product", "union")
@@ -86,7 +86,7 @@ def _runs_in_window(
 ) -> torch.Tensor:
     """Return ``(B,)`` length of the leading run of conflicts inside one window of positions.
 
-    ``ids``/``valid`` are ``(B, W)`` (already aligned: forward or right-aligned positions).
+    ``ids``/``valid`` (bool) are ``(B, W)`` (already aligned: forward or right-aligned positions).
     Position w of row i conflicts iff some j of the same group with sign(A_j) = −sign(A_i) ≠ 0
     is valid at w with the same token (C^f / C^b, ALGORITHMS.md §A.3). The partner may differ
     from position to position. Cost: K·G²·W comparisons for the groups in ``members``.
@@ -109,7 +109,7 @@ def _runs_in_window(
 
 def leading_conflict_runs(
     responses: torch.Tensor,
-    valid: torch.Tensor,
+    valid: torch.Tensor,  # (B, T) response mask, any dtype (> 0 is valid)
     lengths: torch.Tensor,
     sign: torch.Tensor,
     group_ids: torch.Tensor,
@@ -149,10 +149,10 @@ def leading_conflict_runs(
             in_range = cols >= 0
             cols = cols.clamp_min(0)
             win_ids = torch.gather(responses, 1, cols)
-            win_valid = torch.gather(valid, 1, cols) & in_range
+            win_valid = (torch.gather(valid, 1, cols) > 0) & in_range
         else:
             win_ids = responses[:, start : start + window]
-            win_valid = valid[:, start : start + window] & (offsets.unsqueeze(0) < lengths.unsqueeze(1))
+            win_valid = (valid[:, start : start + window] > 0) & (offsets.unsqueeze(0) < lengths.unsqueeze(1))
         found = _runs_in_window(win_ids, win_valid, sign, sub)
         runs = torch.where(open_rows, runs + found, runs)
         open_rows = open_rows & (found == window)
@@ -306,13 +306,13 @@ def gtpo_traj_advantage(
     NOTE: λ signs come from the raw A_i, even where Ã_i flips sign (0 < A_i < γ⟨H⟩_i), as in
     the official code. All-equal groups are not skipped: λ ≡ 1, Ã = −δγ⟨H⟩ (golden A4).
     """
-    valid = response_mask.bool()
     dtype = torch.float32 if entropy is None else torch.promote_types(entropy.dtype, torch.float32)
-    mask = valid.to(dtype)
+    mask = response_mask.to(dtype)
     counts = mask.sum(-1)
-    # the backward run is anchored at the last valid token (EOS, or the last generated one)
-    positions = torch.arange(1, valid.shape[1] + 1, dtype=torch.int64)
-    lengths = (valid.to(torch.int64) * positions).amax(dim=-1) if valid.shape[1] else counts.long()
+    # the backward run is anchored at the last valid token (EOS, or the last generated one);
+    # the (B, T) scratch of this max is reused below as the advantage buffer
+    advantages = torch.mul(mask, torch.arange(1, mask.shape[1] + 1, dtype=dtype))
+    lengths = advantages.amax(dim=-1).to(torch.int64) if mask.shape[1] else counts.long()
     member = counts > 0
 
     raw = group_relative_advantage(
@@ -321,8 +321,8 @@ def gtpo_traj_advantage(
     if entropy is None:
         mean_entropy = torch.zeros_like(raw)
     else:
-        masked_entropy = torch.where(valid, entropy.detach().to(dtype), torch.zeros((), dtype=dtype))
-        mean_entropy = (masked_entropy.sum(-1) / counts.clamp_min(1)).to(torch.float64)
+        entropy_sums = masked_row_sums(entropy.detach().to(dtype), mask, "entropy")
+        mean_entropy = (entropy_sums / counts.clamp_min(1)).to(torch.float64)
     keep = entropy_filter(
         mean_entropy, raw, threshold=entropy_threshold, scope=entropy_filter_scope, initial_entropy=initial_entropy
     )
@@ -331,11 +331,11 @@ def gtpo_traj_advantage(
 
     sign = torch.sign(raw).to(torch.int8)
     ids = responses.to(torch.int64)
-    k_f = leading_conflict_runs(ids, valid, lengths, sign, group_ids, num_groups, from_end=False)
-    k_b = leading_conflict_runs(ids, valid, lengths, sign, group_ids, num_groups, from_end=True)
+    k_f = leading_conflict_runs(ids, mask, lengths, sign, group_ids, num_groups, from_end=False)
+    k_b = leading_conflict_runs(ids, mask, lengths, sign, group_ids, num_groups, from_end=True)
     n_conf = conflict_divisor(k_f, k_b, lengths, mode=divisor)
 
-    advantages = mask * (shaped / n_conf).to(dtype).unsqueeze(-1)
+    torch.mul(mask, (shaped / n_conf).to(dtype).unsqueeze(-1), out=advantages)
     apply_run_weights_(advantages, k_f, k_b, lengths, raw, conflict_weight, overlap)
     return TrajectoryShaping(
         advantages=advantages,
