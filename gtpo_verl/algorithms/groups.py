@@ -99,7 +99,8 @@ def masked_row_sums(values: torch.Tensor, mask: torch.Tensor, what: str = "value
     bad = ~torch.isfinite(sums)
     if bool(bad.any()):
         rows = torch.nonzero(bad).flatten()
-        sums[rows] = torch.where(mask[rows] > 0, values[rows], torch.zeros((), dtype=values.dtype)).sum(-1)
+        cleaned = torch.where(mask[rows] > 0, values[rows], torch.zeros((), dtype=values.dtype))
+        sums[rows] = row_dot(cleaned, mask[rows])  # same kernel as the clean rows: bitwise equal
         _check_finite_rows(sums, what)
     return sums
 

@@ -156,7 +156,7 @@ def gtpo_token_advantage(
     mean_entropy = entropy_sums / counts.clamp_min(1)
     negative_branch = negative_shaping or variant == "unified_v6"
     inverse_entropy = None
-    if negative_branch:
+    if negative_shaping:
         inverse_entropy = torch.add(shaped, epsilon).reciprocal_().mul_(mask)
     if entropy_share == "column":
         _column_share_(shaped, mask, torch.where(success, group_ids, num_groups), num_groups)
@@ -190,8 +190,9 @@ def gtpo_token_advantage(
 
     keep_rows = None
     if uniform_outcome_groups == "zero_adv":
-        successes = group_sum(success.to(torch.int64), group_ids, num_groups)
-        sizes = torch.bincount(group_ids, minlength=num_groups)
+        member = counts > 0  # responses without tokens (V1 padding rows) are no group members
+        successes = group_sum((success & member).to(torch.int64), group_ids, num_groups)
+        sizes = group_sum(member.to(torch.int64), group_ids, num_groups)
         mixed = (successes > 0) & (successes < sizes)
         keep_rows = mixed[group_ids]
     zscore_by_class_(
