@@ -31,6 +31,7 @@ class TokenShaping(NamedTuple):
     advantages: torch.Tensor
     success: torch.Tensor  # (B,) bool, O+ membership
     mean_entropy: torch.Tensor  # (B,) masked mean old-policy entropy
+    share_stats: torch.Tensor | None = None  # (sum, sum of squares, max) of the success tokens' shares
 
 
 def overlong_length_penalty(
@@ -108,6 +109,7 @@ def gtpo_token_advantage(
     uniform_outcome_groups: str = "keep",
     std_unbiased: bool = True,
     epsilon: float = 1e-6,
+    return_share_stats: bool = False,
 ) -> TokenShaping:
     """Return GTPO token advantages: entropy-shaped token rewards, z-scored per group.
 
@@ -134,6 +136,7 @@ def gtpo_token_advantage(
         sequence_scores: ``(B,)`` outcome score; O+ = ``score > success_threshold``, which
             reads verl's 0/1 and DAPO's ±1 scores alike.
         group_ids: ``(B,)`` int64 in [0, K); ``num_groups`` = K.
+        return_share_stats: also return (Σ, Σ², max) of the success tokens' entropy shares.
         uniform_outcome_groups: ``keep`` applies the formulas to all-success / all-failure
             groups too (zero-mean entropy redistribution); ``zero_adv`` gives them 0, as
             verl's GRPO does. DAPO's dynamic sampling removes such groups beforehand.
@@ -164,6 +167,9 @@ def gtpo_token_advantage(
         # row geometric mean GM_i = (Π_t (H_{i,t} + ε))^{1/|o_i|}; also GM_i(1/H) = 1/GM_i
         geo = _row_geometric_mean(shaped, mask, counts, epsilon)
         shaped.mul_((success.to(dtype) / geo).unsqueeze(-1))
+    share_stats = None
+    if return_share_stats:  # three reductions, for diagnostics only
+        share_stats = torch.stack([shaped.sum(), row_dot(shaped, shaped).sum(), shaped.max()]).to(torch.float64)
     shaped.mul_(alpha2)
 
     row_reward = torch.where(success, alpha1, 0.0).to(dtype)
@@ -207,7 +213,7 @@ def gtpo_token_advantage(
         epsilon=epsilon,
         keep_rows=keep_rows,
     )
-    return TokenShaping(advantages=shaped, success=success, mean_entropy=mean_entropy)
+    return TokenShaping(advantages=shaped, success=success, mean_entropy=mean_entropy, share_stats=share_stats)
 
 
 __all__ = [
