@@ -69,7 +69,13 @@ def compute_gtpo_token_advantage(
     group_ids, num_groups = _groups(index, "gtpo_token", response_mask.shape[0])
     with torch.no_grad():
         result = gtpo_token_advantage(
-            entropys, response_mask, token_level_rewards.sum(-1), group_ids, num_groups, **cfg.function_kwargs()
+            entropys,
+            response_mask,
+            token_level_rewards.sum(-1),
+            group_ids,
+            num_groups,
+            return_share_stats=bool(bound_estimator_input("diagnostics")),
+            **cfg.function_kwargs(),
         )
     return _finish("gtpo_token", result, token_level_rewards)
 

@@ -1,0 +1,132 @@
+"""``gtpo/*`` metrics from what the estimators already computed (no extra model pass).
+
+Every metric is documented in docs/metrics.md. Inputs are the estimator's detailed result
+(``TokenShaping`` / ``SequenceShaping`` / ``TrajectoryShaping``), the padded response mask
+and which rows are real (V1 padding rows are excluded). All values are Python floats.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from gtpo_verl.algorithms.groups import group_sum
+
+PREFIX = "gtpo/"
+
+
+def _token_stats(values: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, name: str) -> dict[str, float]:
+    """mean/std/min/max of ``values`` over valid tokens of ``rows``; NaN-free (0 for an empty set)."""
+    selected = mask[rows] > 0
+    if not bool(selected.any()):
+        return {f"{name}/mean": 0.0, f"{name}/std": 0.0, f"{name}/min": 0.0, f"{name}/max": 0.0, f"{name}/tokens": 0.0}
+    picked = values[rows][selected].to(torch.float64)
+    return {
+        f"{name}/mean": float(picked.mean()),
+        f"{name}/std": float(picked.std(unbiased=False)),
+        f"{name}/min": float(picked.min()),
+        f"{name}/max": float(picked.max()),
+        f"{name}/tokens": float(picked.numel()),
+    }
+
+
+def _mean(values: torch.Tensor, rows: torch.Tensor) -> float:
+    return float(values[rows].to(torch.float64).mean()) if bool(rows.any()) else 0.0
+
+
+def estimator_metrics(
+    name: str,
+    result: Any,
+    response_mask: torch.Tensor,
+    real_rows: torch.Tensor,
+    group_ids: torch.Tensor | None = None,
+    num_groups: int = 0,
+) -> dict[str, float]:
+    """Return the per-step ``gtpo/*`` metrics of estimator ``name``."""
+    mask = response_mask.to(torch.float32)
+    real = real_rows & (mask.sum(-1) > 0)
+    if name == "gtpo_traj":
+        success = result.raw_advantage > 0
+        failure = result.raw_advantage < 0
+    else:
+        success = result.success
+        failure = ~result.success
+    success, failure = success & real, failure & real
+    metrics = {}
+    metrics.update(_token_stats(result.advantages, mask, success, "adv/success"))
+    metrics.update(_token_stats(result.advantages, mask, failure, "adv/failure"))
+    metrics["entropy/success_mean"] = _mean(result.mean_entropy, success)
+    metrics["entropy/failure_mean"] = _mean(result.mean_entropy, failure)
+    metrics["success_frac"] = float(success.sum()) / max(1, int(real.sum()))
+
+    if name == "gtpo_token" and getattr(result, "share_stats", None) is not None:
+        total, total_sq, largest = (float(v) for v in result.share_stats)
+        count = float(mask[success].sum()) if bool(success.any()) else 0.0
+        mean = total / count if count else 0.0
+        metrics["bonus_share/mean"] = mean
+        metrics["bonus_share/std"] = math.sqrt(max(0.0, total_sq / count - mean * mean)) if count else 0.0
+        metrics["bonus_share/max"] = largest if count else 0.0
+    if name == "grpo_s" and group_ids is not None:
+        # Ĥ_i / mean_{k∈O+} Ĥ_k: the sequence's share of the entropy bonus (Eq. S31)
+        member = success.to(torch.float64)
+        entropy = result.mean_entropy.to(torch.float64)
+        set_mean = group_sum(entropy * member, group_ids, num_groups) / group_sum(member, group_ids, num_groups).clamp_min(1)
+        share = entropy / set_mean[group_ids].clamp_min(1e-12)
+        picked = share[success]
+        if picked.numel():
+            metrics["bonus_share/mean"] = float(picked.mean())
+            metrics["bonus_share/std"] = float(picked.std(unbiased=False))
+            metrics["bonus_share/max"] = float(picked.max())
+    if name == "gtpo_traj":
+        lengths = mask.sum(-1)
+        run_tokens = torch.minimum(lengths, (result.forward_run + result.backward_run).to(lengths.dtype))
+        pos_tokens, neg_tokens = float(lengths[success].sum()), float(lengths[failure].sum())
+        boosted, zeroed = float(run_tokens[success].sum()), float(run_tokens[failure].sum())
+        metrics["conflict/pos_token_frac"] = boosted / pos_tokens if pos_tokens else 0.0
+        metrics["conflict/neg_token_frac"] = zeroed / neg_tokens if neg_tokens else 0.0
+        metrics["conflict/boosted_tokens"] = boosted  # λ ≥ 2 (W) on positive responses
+        metrics["conflict/zeroed_tokens"] = zeroed  # λ = 0 on negative responses
+        metrics["conflict/mean_divisor"] = _mean(result.conflict_divisor.to(torch.float64), real)
+        metrics["delta/filtered_frac"] = float((~result.keep & real).sum()) / max(1, int(real.sum()))
+    return {PREFIX + key: value for key, value in metrics.items()}
+
+
+@dataclass
+class EntropyWatch:
+    """Early warning for entropy collapse/explosion (Paper A: entropy rises before KL reacts).
+
+    Tracks an EMA baseline of the batch mean old-policy entropy; after ``warmup_steps`` a batch
+    whose mean exceeds ``ratio`` × baseline raises the flag. Persisted with checkpoints.
+    """
+
+    ratio: float = 1.5
+    momentum: float = 0.9
+    warmup_steps: int = 3
+    baseline: float | None = None
+    steps: int = 0
+    warnings: int = 0
+
+    def update(self, batch_mean_entropy: float) -> dict[str, float]:
+        value = float(batch_mean_entropy)
+        rise = value / self.baseline if self.baseline else 1.0
+        flag = self.steps >= self.warmup_steps and self.baseline is not None and rise > self.ratio
+        self.warnings += int(flag)
+        self.baseline = value if self.baseline is None else self.momentum * self.baseline + (1 - self.momentum) * value
+        self.steps += 1
+        return {
+            PREFIX + "entropy/batch_mean": value,
+            PREFIX + "entropy/baseline": float(self.baseline),
+            PREFIX + "entropy/rise_ratio": float(rise),
+            PREFIX + "entropy/collapse_warning": float(flag),
+            PREFIX + "entropy/warnings_total": float(self.warnings),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key in ("baseline", "steps", "warnings"):
+            setattr(self, key, state[key])

@@ -1,0 +1,244 @@
+"""V1-trainer integration: hands old-policy entropy and token ids to our estimators.
+
+verl 0.9.1's V1 trainer already computes per-token entropy in the old-log-prob pass and
+keeps it in TransferQueue as ``entropy`` (trainer_base.py ``_compute_old_log_prob``), next
+to the rollout's ``responses``; its ``_compute_advantage`` just never fetches them. The
+mixin below fetches both for our estimators, binds them for the duration of verl's own
+``_compute_advantage`` (no copy of verl's logic, no extra model pass), then logs ``gtpo/*``
+diagnostics and keeps the algorithm state (⟨H⟩_ini, the entropy watch) in checkpoints.
+
+verl internals relied on (check them on a verl upgrade): ``PPOTrainer._compute_advantage``,
+``_save_checkpoint``, ``_load_checkpoint`` and ``on_init_end``; ``TRAINER_REGISTRY`` /
+``get_trainer_cls``; ``TaskRunnerV1.run``; TQ field names ``entropy``, ``responses``,
+``response_mask`` and ``KVBatchMeta.tags[i]["is_padding"]``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator, Optional
+
+import torch
+
+from gtpo_verl.algorithms.groups import group_ids_from_uids
+from gtpo_verl.integration.config import GTPOTrajConfig
+from gtpo_verl.integration.context import bind_estimator_inputs
+from gtpo_verl.integration.diagnostics import PREFIX, EntropyWatch, estimator_metrics
+from gtpo_verl.integration.registry import ESTIMATOR_NAMES, check_registered
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "gtpo_state.json"
+# TransferQueue fields our estimators read; all were written by verl before _compute_advantage.
+ESTIMATOR_FIELDS = ("entropy", "responses", "response_mask", "uid")
+
+
+@dataclass
+class GTPOAlgorithmState:
+    """Running state that must survive a resume (saved as ``global_step_N/gtpo_state.json``)."""
+
+    initial_entropy: Optional[float] = None  # ⟨H⟩_ini, Paper A's δ gate (measured before the first update)
+    entropy_watch: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, folder: str) -> str:
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, STATE_FILE)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(asdict(self), f, indent=1)
+        os.replace(tmp, path)  # atomic: a crash never leaves a half-written state
+        return path
+
+    @classmethod
+    def load(cls, folder: str) -> Optional["GTPOAlgorithmState"]:
+        path = os.path.join(folder, STATE_FILE)
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return cls(**json.load(f))
+
+
+def _fit_width(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    """Crop or zero-pad the last dim to ``width`` (TQ fields may be padded to different widths)."""
+    if tensor.shape[-1] == width:
+        return tensor
+    if tensor.shape[-1] > width:
+        return tensor[..., :width]
+    return torch.nn.functional.pad(tensor, (0, width - tensor.shape[-1]))
+
+
+def _padded(value: torch.Tensor) -> torch.Tensor:
+    return value.to_padded_tensor(0) if getattr(value, "is_nested", False) else value
+
+
+class GTPOTrainerMixin:
+    """Mix into a verl V1 ``PPOTrainer`` subclass: ``type("GTPO" + Base.__name__, (GTPOTrainerMixin, Base), {})``."""
+
+    # ------------------------------------------------------------------ state
+    @property
+    def gtpo_state(self) -> GTPOAlgorithmState:
+        if not hasattr(self, "_gtpo_state"):
+            self._gtpo_state = GTPOAlgorithmState()
+        return self._gtpo_state
+
+    @property
+    def gtpo_entropy_watch(self) -> EntropyWatch:
+        if not hasattr(self, "_gtpo_entropy_watch"):
+            knobs = self.config.get("gtpo", {}).get("entropy_warning", {}) or {}
+            watch = EntropyWatch(
+                ratio=float(knobs.get("ratio", 1.5)),
+                momentum=float(knobs.get("momentum", 0.9)),
+                warmup_steps=int(knobs.get("warmup_steps", 3)),
+            )
+            if self.gtpo_state.entropy_watch:
+                watch.load_state_dict(self.gtpo_state.entropy_watch)
+            self._gtpo_entropy_watch = watch
+        return self._gtpo_entropy_watch
+
+    # ------------------------------------------------------------------ hooks
+    def on_init_end(self):
+        super().on_init_end()
+        check_registered()  # plugin import errors are silent in verl: fail here, in the TaskRunner
+
+    def _compute_advantage(self, batch, metrics: dict):
+        estimator = str(self.config.algorithm.adv_estimator)
+        if estimator not in ESTIMATOR_NAMES:
+            return super()._compute_advantage(batch, metrics)
+        import transfer_queue as tq
+
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=list(ESTIMATOR_FIELDS))
+        mask = _padded(data["response_mask"])
+        width = mask.shape[-1]
+        entropy = _fit_width(_padded(data["entropy"]).to(torch.float32), width)
+        responses = _fit_width(_padded(data["responses"]), width)
+        real_rows = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
+        diagnostics = bool(self.config.get("gtpo", {}).get("diagnostics", True))
+
+        initial_entropy = self._gtpo_initial_entropy(estimator, entropy, mask, real_rows)
+        with bind_estimator_inputs(
+            entropys=entropy, responses=responses, initial_entropy=initial_entropy, diagnostics=diagnostics
+        ) as outputs:
+            batch = super()._compute_advantage(batch, metrics)
+        result = outputs.get(estimator)
+        if result is None:
+            raise RuntimeError(
+                f"verl did not call the {estimator!r} estimator through its registry; is another plugin "
+                "overriding algorithm.adv_estimator handling?"
+            )
+        if diagnostics:
+            uids = data["uid"]
+            group_ids, num_groups = group_ids_from_uids(uids.tolist() if hasattr(uids, "tolist") else uids)
+            metrics.update(estimator_metrics(estimator, result, mask, real_rows, group_ids, num_groups))
+            valid = (mask > 0) & real_rows.unsqueeze(-1)
+            batch_mean = float(entropy[valid].mean()) if bool(valid.any()) else 0.0
+            watch_metrics = self.gtpo_entropy_watch.update(batch_mean)
+            if watch_metrics[PREFIX + "entropy/collapse_warning"]:
+                logger.warning(
+                    "gtpo: mean old-policy entropy %.4f is %.2fx its running baseline (threshold %.2fx): "
+                    "entropy is rising fast, which Paper A observes before a policy collapse.",
+                    batch_mean,
+                    watch_metrics[PREFIX + "entropy/rise_ratio"],
+                    self.gtpo_entropy_watch.ratio,
+                )
+            metrics.update(watch_metrics)
+            if self.gtpo_state.initial_entropy is not None:
+                metrics[PREFIX + "entropy/initial"] = float(self.gtpo_state.initial_entropy)
+        return batch
+
+    def _gtpo_initial_entropy(self, estimator, entropy, mask, real_rows) -> Optional[float]:
+        """⟨H⟩_ini for Paper A's gate: measured once, on the first batch, before any update."""
+        if estimator != "gtpo_traj":
+            return None
+        traj = GTPOTrajConfig.from_algorithm_config(self.config.algorithm)
+        if traj.initial_entropy is not None or not traj.resolved_choices()["ini_entropy_gate"]:
+            return traj.initial_entropy
+        if self.gtpo_state.initial_entropy is None:
+            counts = mask.to(torch.float32).sum(-1)
+            rows = real_rows & (counts > 0)
+            per_response = (entropy * mask).sum(-1)[rows] / counts[rows]
+            self.gtpo_state.initial_entropy = float(per_response.mean()) if per_response.numel() else 0.0
+            logger.info("gtpo_traj: measured ⟨H⟩_ini = %.4f on the first batch", self.gtpo_state.initial_entropy)
+        return self.gtpo_state.initial_entropy
+
+    # ------------------------------------------------------------------ checkpoints
+    def _gtpo_checkpoint_folder(self) -> str:
+        folder = self.config.trainer.default_local_dir
+        if self.config.trainer.resume_mode == "resume_path" and self.config.trainer.get("resume_from_path"):
+            folder_for_step = self.config.trainer.resume_from_path
+        else:
+            folder_for_step = os.path.join(folder, f"global_step_{self.global_steps}")
+        return folder_for_step if os.path.isabs(folder_for_step) else os.path.join(os.getcwd(), folder_for_step)
+
+    def _save_checkpoint(self):
+        if hasattr(self, "_gtpo_entropy_watch"):
+            self.gtpo_state.entropy_watch = self._gtpo_entropy_watch.state_dict()
+        # written before verl's files, so `latest_checkpointed_iteration.txt` never points at a
+        # checkpoint without our state
+        self.gtpo_state.save(
+            os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        )
+        return super()._save_checkpoint()
+
+    def _load_checkpoint(self):
+        result = super()._load_checkpoint()
+        if getattr(self, "global_steps", 0) > 0:
+            folder = self._gtpo_checkpoint_folder()
+            state = GTPOAlgorithmState.load(folder)
+            if state is None:
+                logger.warning("gtpo: no %s in %s; algorithm state starts fresh", STATE_FILE, folder)
+            else:
+                self._gtpo_state = state
+                self.__dict__.pop("_gtpo_entropy_watch", None)
+                logger.info("gtpo: restored algorithm state from %s", folder)
+        return result
+
+
+_MIXED: dict[type, type] = {}
+
+
+def gtpo_trainer_class(base: type) -> type:
+    """Return (and cache) ``GTPO<Base>``, the mixin applied to a V1 trainer class."""
+    if base not in _MIXED:
+        _MIXED[base] = type("GTPO" + base.__name__, (GTPOTrainerMixin, base), {"__module__": __name__})
+    return _MIXED[base]
+
+
+@contextmanager
+def gtpo_trainers(mode: str) -> Iterator[type]:
+    """Substitute the trainer registered for ``mode`` by its GTPO subclass for the duration.
+
+    The mode name is kept (verl compares ``trainer_mode == "sync"`` in several places), so
+    sync, colocate_async and separate_async all work unchanged.
+    """
+    from verl.trainer.ppo.v1 import trainer_base
+
+    registry = trainer_base.TRAINER_REGISTRY
+    base = registry[mode]
+    if issubclass(base, GTPOTrainerMixin):
+        yield base
+        return
+    registry[mode] = gtpo_trainer_class(base)
+    try:
+        yield registry[mode]
+    finally:
+        registry[mode] = base
+
+
+def make_task_runner():
+    """Return the Ray actor class that runs verl's V1 TaskRunner with GTPO trainers."""
+    import ray
+    from verl.trainer.main_ppo import TaskRunnerV1
+
+    class GTPOTaskRunner(TaskRunnerV1.__ray_actor_class__):
+        def run(self, config):
+            import gtpo_verl.integration.registry  # noqa: F401  (normally loaded by the plugin)
+
+            check_registered()
+            with gtpo_trainers(config.trainer.v1.trainer_mode):
+                return super().run(config)
+
+    return ray.remote(num_cpus=1)(GTPOTaskRunner)

@@ -1,0 +1,37 @@
+"""Entry point: ``python -m gtpo_verl.main [hydra overrides]``.
+
+verl's own V1 PPO trainer (``trainer.use_v1=true``, any ``trainer.v1.trainer_mode``) with
+the GTPO trainer mixin, on ``gtpo_verl/config/gtpo_trainer.yaml`` (verl's ``ppo_trainer`` plus
+our algorithm blocks). Our start-up checks run before Ray starts; then verl's own.
+"""
+
+from __future__ import annotations
+
+import hydra
+
+
+def run(config) -> None:
+    """Validate ``config`` and run training (the body of ``main``, callable from code)."""
+    from verl.trainer.main_ppo import run_ppo
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    from gtpo_verl.integration.registry import check_registered
+    from gtpo_verl.integration.trainer import make_task_runner
+    from gtpo_verl.integration.validation import validate_gtpo_config
+
+    auto_set_device(config)
+    validate_gtpo_config(config)
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    check_registered()
+    run_ppo(config, task_runner_class=make_task_runner())
+
+
+@hydra.main(config_path="config", config_name="gtpo_trainer", version_base=None)
+def main(config) -> None:
+    run(config)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,341 @@
+"""The V1-trainer mixin against a real local TransferQueue (Ray + TQ SimpleStorage on CPU),
+verl's real checkpoint layout, the entry point's Hydra config, and start-up validation.
+
+Worker groups (FSDP actors, vLLM) cannot run here; where verl's checkpoint code calls them,
+a recording stub stands in (named `GpuWorkerGroupStub`, it only records the call).
+"""
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from torch.testing import assert_close
+
+import gtpo_verl
+from gtpo_verl.integration.estimators import ESTIMATORS
+
+CONFIG_DIR = os.path.join(os.path.dirname(gtpo_verl.__file__), "config")
+
+
+def compose_config(*overrides):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        return compose(
+            config_name="gtpo_trainer",
+            overrides=[
+                "actor_rollout_ref.rollout.n=4",
+                "transfer_queue.enable=true",
+                "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+                *overrides,
+            ],
+        )
+
+
+@pytest.fixture(scope="module")
+def transfer_queue():
+    import ray
+    import transfer_queue as tq
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    tq.init(compose_config().transfer_queue)
+    yield tq
+    tq.close()
+    ray.shutdown()
+
+
+def put_batch(tq, seed, prompts=3, group=4, padding_rows=2, prefix="b"):
+    """Write a batch in the layout verl's V1 trainer leaves before _compute_advantage."""
+    from tensordict import NonTensorStack, TensorDict
+    from transfer_queue.metadata import KVBatchMeta  # noqa: F401  (the type returned below)
+
+    g = torch.Generator().manual_seed(seed)
+    rows = prompts * group
+    lengths = torch.randint(1, 7, (rows,), generator=g).tolist() + [1] * padding_rows
+    entropy = [(torch.rand(n, generator=g) * 1.5).tolist() for n in lengths]
+    responses = [torch.randint(0, 3, (n,), generator=g).tolist() for n in lengths]
+    scores = [float(torch.randint(0, 2, (1,), generator=g)) for _ in range(rows)] + [0.0] * padding_rows
+    masks = [[1] * n for n in lengths[:rows]] + [[0] for _ in range(padding_rows)]  # V1 padding rows
+    uids = [f"{prefix}{seed}u{i // group}" for i in range(rows)] + [f"pad{seed}{i}" for i in range(padding_rows)]
+
+    def nested(values, dtype):
+        return torch.nested.as_nested_tensor([torch.tensor(v, dtype=dtype) for v in values], layout=torch.jagged)
+
+    rm_scores = [[0.0] * (n - 1) + [s] for n, s in zip(lengths, scores)]
+    fields = TensorDict(
+        {
+            "response_mask": nested(masks, torch.int64),
+            "rm_scores": nested(rm_scores, torch.float32),
+            "entropy": nested(entropy, torch.float32),
+            "responses": nested(responses, torch.int64),
+            "uid": NonTensorStack(*uids),
+        },
+        batch_size=[len(uids)],
+    )
+    keys = [f"{uid}_{i}_0" for i, uid in enumerate(uids)]  # verl's V1 key format {uid}_{session}_{index}
+    tags = [{"is_padding": i >= rows} for i in range(len(uids))]
+    meta = tq.kv_batch_put(keys=keys, partition_id="train", fields=fields, tags=tags)
+    padded = fields.to_padded_tensor()
+    direct_inputs = dict(
+        token_level_rewards=padded["rm_scores"],
+        response_mask=padded["response_mask"],
+        index=np.array(uids, dtype=object),
+        entropys=padded["entropy"],
+        responses=padded["responses"],
+    )
+    return meta, direct_inputs
+
+
+class ForbiddenWorkers:
+    """Any attribute access fails: proves a code path asks the model workers for nothing."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"model worker call `{name}` from the advantage step (an extra model pass)")
+
+
+def make_trainer(config, **attributes):
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+
+    from gtpo_verl.integration.trainer import gtpo_trainer_class
+
+    trainer = object.__new__(gtpo_trainer_class(PPOTrainerSync))
+    trainer.config = config
+    trainer.actor_rollout_wg = ForbiddenWorkers()
+    for key, value in attributes.items():
+        setattr(trainer, key, value)
+    return trainer
+
+
+def read_advantages(tq, meta):
+    return tq.kv_batch_get(keys=meta.keys, partition_id="train", select_fields=["advantages"])["advantages"].to_padded_tensor(0)
+
+
+@pytest.mark.parametrize(
+    "estimator,extra",
+    [
+        ("gtpo_token", ["algorithm.gtpo_token.negative_shaping=true"]),
+        ("grpo_s", ["actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s"]),
+        ("gtpo_traj", ["algorithm.gtpo_traj.preset=paper"]),
+    ],
+)
+def test_mixin_advantages_equal_the_estimator_and_need_no_model_pass(transfer_queue, estimator, extra):
+    config = compose_config(f"algorithm.adv_estimator={estimator}", *extra)
+    meta, direct = put_batch(transfer_queue, seed=1, prefix=estimator)
+    trainer = make_trainer(config)
+    metrics = {}
+    out = trainer._compute_advantage(meta, metrics)
+    assert "advantages" in out.fields and "entropy" in out.fields
+
+    initial = trainer.gtpo_state.initial_entropy
+    if estimator == "gtpo_traj":  # the paper preset's gate measured ⟨H⟩_ini on this first batch
+        mask = direct["response_mask"].float()
+        rows = mask.sum(-1) > 0
+        per_response = (direct["entropys"] * mask).sum(-1)[rows] / mask.sum(-1)[rows]
+        assert initial == pytest.approx(float(per_response.mean()), rel=1e-6)
+        assert metrics["gtpo/entropy/initial"] == pytest.approx(initial)
+    expected, _ = ESTIMATORS[estimator](config=config.algorithm, initial_entropy=initial, **direct)
+    got = read_advantages(transfer_queue, meta)
+    assert_close(got, expected[:, : got.shape[1]])
+    assert torch.equal(got[-2:], torch.zeros_like(got[-2:]))  # V1 padding rows
+    gtpo_metrics = {k: v for k, v in metrics.items() if k.startswith("gtpo/")}
+    assert gtpo_metrics and all(math.isfinite(v) for v in gtpo_metrics.values())
+    assert {"gtpo/adv/success/mean", "gtpo/adv/failure/mean", "gtpo/entropy/collapse_warning"} <= set(gtpo_metrics)
+    if estimator == "gtpo_traj":
+        assert {"gtpo/conflict/pos_token_frac", "gtpo/delta/filtered_frac", "gtpo/conflict/zeroed_tokens"} <= set(metrics)
+    else:
+        assert "gtpo/bonus_share/mean" in metrics
+
+
+def test_other_estimators_pass_through_untouched(transfer_queue):
+    config = compose_config("algorithm.adv_estimator=grpo")
+    meta, direct = put_batch(transfer_queue, seed=2, prefix="grpo")
+    metrics = {}
+    make_trainer(config)._compute_advantage(meta, metrics)
+    assert not any(k.startswith("gtpo/") for k in metrics)
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    expected, _ = compute_grpo_outcome_advantage(direct["token_level_rewards"], direct["response_mask"], direct["index"])
+    got = read_advantages(transfer_queue, meta)
+    assert_close(got, expected[:, : got.shape[1]])
+
+
+class GpuWorkerGroupStub:
+    """Stands in for the FSDP actor worker group (GPU workers cannot run here): records calls."""
+
+    def __init__(self):
+        self.calls = []
+
+    def save_checkpoint(self, *args, **kwargs):
+        self.calls.append("save_checkpoint")
+
+    def load_checkpoint(self, *args, **kwargs):
+        self.calls.append("load_checkpoint")
+
+
+class DataloaderStub:
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+def test_state_survives_verl_checkpoint_and_resume_decides_identically(transfer_queue, tmp_path):
+    from verl.trainer.ppo.v1.trainer_base import build_checkpoint_callback
+
+    overrides = [
+        "algorithm.adv_estimator=gtpo_traj",
+        "algorithm.gtpo_traj.preset=paper",
+        f"trainer.default_local_dir={tmp_path}",
+        "trainer.resume_mode=auto",
+    ]
+    config = compose_config(*overrides)
+
+    def trainer_with_checkpointing():
+        return make_trainer(
+            config,
+            actor_rollout_wg=GpuWorkerGroupStub(),
+            train_dataloader=DataloaderStub(),
+            checkpoint_callback=build_checkpoint_callback(config),
+            use_critic=False,
+            trainer_mode="sync",
+        )
+
+    uninterrupted = trainer_with_checkpointing()
+    uninterrupted.global_steps = 1
+    uninterrupted._compute_advantage(put_batch(transfer_queue, seed=3, prefix="run")[0], {})  # measures ⟨H⟩_ini
+    uninterrupted._save_checkpoint()  # verl's real checkpoint layout, our state inside it
+    assert os.path.exists(tmp_path / "global_step_1" / "gtpo_state.json")
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "1"
+
+    resumed = trainer_with_checkpointing()
+    resumed._load_checkpoint()  # verl's real resume_mode=auto lookup
+    assert resumed.global_steps == 1
+    assert resumed.gtpo_state.initial_entropy == uninterrupted.gtpo_state.initial_entropy
+    assert resumed.gtpo_entropy_watch.state_dict() == uninterrupted.gtpo_entropy_watch.state_dict()
+
+    # step 2 has higher entropy: ⟨H⟩_ini (from step 1) decides the gate, so both must agree
+    meta_a, _ = put_batch(transfer_queue, seed=4, prefix="a")
+    meta_b, _ = put_batch(transfer_queue, seed=4, prefix="b")
+    metrics_a, metrics_b = {}, {}
+    uninterrupted._compute_advantage(meta_a, metrics_a)
+    resumed._compute_advantage(meta_b, metrics_b)
+    assert torch.equal(read_advantages(transfer_queue, meta_a), read_advantages(transfer_queue, meta_b))
+    assert metrics_a == metrics_b
+
+    fresh = trainer_with_checkpointing()  # without the restored state ⟨H⟩_ini would be re-measured on step 2
+    fresh._compute_advantage(put_batch(transfer_queue, seed=4, prefix="c")[0], {})
+    assert fresh.gtpo_state.initial_entropy != uninterrupted.gtpo_state.initial_entropy
+
+
+def test_trainer_substitution_keeps_every_mode_and_restores_the_registry():
+    from verl.trainer.ppo.v1 import trainer_base
+
+    from gtpo_verl.integration.trainer import GTPOTrainerMixin, gtpo_trainers
+
+    for mode in ("sync", "colocate_async", "separate_async"):
+        base = trainer_base.TRAINER_REGISTRY[mode]
+        with gtpo_trainers(mode) as cls:
+            assert trainer_base.get_trainer_cls(mode) is cls
+            assert issubclass(cls, GTPOTrainerMixin) and issubclass(cls, base)
+        assert trainer_base.TRAINER_REGISTRY[mode] is base
+
+
+def test_entropy_watch_flags_a_rise_and_round_trips():
+    from gtpo_verl.integration.diagnostics import EntropyWatch
+
+    watch = EntropyWatch(ratio=1.5, momentum=0.5, warmup_steps=2)
+    flags = [watch.update(h)["gtpo/entropy/collapse_warning"] for h in (1.0, 1.0, 1.1, 2.0)]
+    assert flags == [0.0, 0.0, 0.0, 1.0]
+    copy = EntropyWatch(ratio=1.5, momentum=0.5, warmup_steps=2)
+    copy.load_state_dict(watch.state_dict())
+    assert copy.update(1.0) == watch.update(1.0)
+
+
+# ----------------------------------------------------------------------------- start-up validation
+def validate(*overrides):
+    from gtpo_verl.integration.validation import validate_gtpo_config
+
+    config = compose_config(*overrides)
+    return validate_gtpo_config(config), config
+
+
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        (["algorithm.adv_estimator=gtpo_token", "algorithm.rollout_correction.bypass_mode=true"], "bypass_mode"),
+        (["trainer.use_v1=false"], "trainer.use_v1=false"),
+        (
+            [
+                "algorithm.adv_estimator=gtpo_token",
+                "algorithm.gtpo_token.variant=clipped_len",
+                "algorithm.gtpo_token.kappa=3",
+                "algorithm.gtpo_token.overlong_buffer_len=4096",
+                "algorithm.gtpo_token.max_response_len=20480",
+                "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",
+            ],
+            "applied twice",
+        ),
+        (["algorithm.adv_estimator=gtpo_traj", "algorithm.gtpo_traj.preset=nope"], "gtpo_traj.preset"),
+        (
+            [
+                "algorithm.adv_estimator=gtpo_traj",
+                "algorithm.gtpo_traj.entropy_reg_mode=differentiable",
+                "actor_rollout_ref.actor.entropy_coeff=0.01",
+            ],
+            "entropy_coeff=-0.1",
+        ),
+    ],
+)
+def test_startup_errors(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        validate(*overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        (["algorithm.adv_estimator=grpo_s"], "set policy_loss.loss_mode=grpo_s"),
+        (["actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"], "adv_estimator=grpo_s"),
+        (["algorithm.adv_estimator=gtpo_traj", "actor_rollout_ref.actor.use_kl_loss=true"], "KL-free"),
+        (["algorithm.adv_estimator=gtpo_traj"], "loss_agg_mode=seq-mean-token-mean"),
+    ],
+)
+def test_startup_warnings(overrides, match):
+    from gtpo_verl.integration.validation import GTPOConfigWarning
+
+    with pytest.warns(GTPOConfigWarning, match=match):
+        validate(*overrides)
+
+
+def test_paper_setups_validate_silently_and_differentiable_mode_sets_entropy_coeff():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert validate("algorithm.adv_estimator=gtpo_token")[0] == []
+        assert validate(
+            "algorithm.adv_estimator=grpo_s",
+            "actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s",
+            "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+        )[0] == []
+        given, config = validate(
+            "algorithm.adv_estimator=gtpo_traj",
+            "algorithm.gtpo_traj.entropy_reg_mode=differentiable",
+            "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+        )
+    assert given == [] and config.actor_rollout_ref.actor.entropy_coeff == pytest.approx(-0.1)
+
+
+def test_entry_point_composes_from_the_installed_package():
+    out = subprocess.run(
+        [sys.executable, "-m", "gtpo_verl.main", "--cfg", "job", "algorithm.adv_estimator=gtpo_traj",
+         "algorithm.gtpo_traj.preset=paper"],
+        capture_output=True, text=True, cwd="/", timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "adv_estimator: gtpo_traj" in out.stdout and "preset: paper" in out.stdout
+    assert "gtpo_verl.integration.loss_config.GTPOPolicyLossConfig" in out.stdout
