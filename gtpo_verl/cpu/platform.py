@@ -1,0 +1,222 @@
+"""A ``cpu`` platform for verl's platform registry, and the engine registration it needs.
+
+Workarounds, one per verl 0.9.1 behaviour (delete each when upstream handles CPU):
+
+1. verl registers only nvidia/huawei/amd platforms and falls back to CUDA
+   (plugin/platform/platform_manager.py): we register ``cpu`` and select it.
+2. verl calls ``get_torch_device().<fn>`` for memory/RNG/stream helpers that ``torch.cpu``
+   lacks (e.g. ``empty_cache``, ``mem_get_info``, ``get_device_name`` in flops_counter.py):
+   ``CPUDeviceModule`` adds no-op or host-memory versions.
+3. FSDP engines are registered for ``device=["cuda", "npu"]`` only
+   (workers/engine/fsdp/transformer_impl.py:1143, 1594): we add them under ``cpu``.
+4. ``initialize_global_process_group_ray`` builds the backend string
+   ``cpu:gloo,<device>:<nccl backend>``, which for cpu is the invalid ``cpu:gloo,cpu:gloo``
+   (utils/distributed.py:89): the platform names ``gloo`` and callers init ``gloo`` first.
+5. ``get_device_id()`` is handed to ``Module.to`` / ``Tensor.to`` (utils/fsdp_utils.py:507 and
+   others), where an integer means an accelerator: the platform's current device is "cpu".
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from contextlib import contextmanager
+from typing import Any, Optional
+
+import torch
+
+ENV_FLAG = "GTPO_VERL_CPU"
+_ACTIVE = False
+
+
+class CPUDeviceModule(types.ModuleType):
+    """``torch.cpu`` plus the ``torch.cuda``-style helpers verl calls (workaround 2)."""
+
+    def __init__(self):
+        super().__init__("gtpo_verl_cpu_device")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.cpu, name)
+
+    @staticmethod
+    def get_device_name(device=None) -> str:
+        return "cpu"
+
+    @staticmethod
+    def empty_cache() -> None:
+        return None
+
+    @staticmethod
+    def ipc_collect() -> None:
+        return None
+
+    @staticmethod
+    def set_per_process_memory_fraction(fraction, device=None) -> None:
+        return None
+
+    @staticmethod
+    def mem_get_info(device=None) -> tuple[int, int]:
+        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        available = os.sysconf("SC_AVPHYS_PAGES") * page_size
+        return available, pages * page_size
+
+    @staticmethod
+    def memory_allocated(device=None) -> int:
+        return 0
+
+    memory_reserved = max_memory_allocated = max_memory_reserved = memory_allocated
+
+    @staticmethod
+    def reset_peak_memory_stats(device=None) -> None:
+        return None
+
+    @staticmethod
+    def get_rng_state(device=None) -> torch.Tensor:
+        return torch.get_rng_state()
+
+    @staticmethod
+    def set_rng_state(state, device=None) -> None:
+        torch.set_rng_state(state)
+
+    @staticmethod
+    def manual_seed(seed: int) -> None:
+        torch.manual_seed(seed)
+
+    manual_seed_all = manual_seed
+
+
+def _platform_class():
+    from verl.plugin.platform.platform_base import PlatformBase
+
+    class PlatformCPU(PlatformBase):
+        """verl platform for host CPUs (workaround 1); collectives on gloo (workaround 4)."""
+
+        _module = CPUDeviceModule()
+
+        device_name = property(lambda self: "cpu")
+        vendor_name = property(lambda self: "cpu")
+        device_module = property(lambda self: self._module)
+
+        def is_available(self) -> bool:
+            return True
+
+        def is_platform_available(self, use_smi_check=False) -> bool:
+            return os.environ.get(ENV_FLAG, "0") == "1"
+
+        def current_device(self):
+            # verl passes get_device_id() straight to .to(...) (workaround 5); an int means an
+            # accelerator index to torch, "cpu" is the host
+            return "cpu"
+
+        def device_count(self) -> int:
+            return 1
+
+        def set_device(self, device_index: int) -> None:
+            return None
+
+        def synchronize(self, device_index: Optional[int] = None) -> None:
+            return None
+
+        def manual_seed(self, seed: int) -> None:
+            torch.manual_seed(seed)
+
+        def manual_seed_all(self, seed: int) -> None:
+            torch.manual_seed(seed)
+
+        def set_allocator_settings(self, settings: str) -> None:
+            return None
+
+        def empty_cache(self) -> None:
+            return None
+
+        def get_device_capability(self, device_index: int = 0):
+            return None, None
+
+        def communication_backend_name(self) -> str:
+            return "gloo"
+
+        def visible_devices_envvar(self) -> str:
+            return "GTPO_VERL_CPU_VISIBLE_DEVICES"
+
+        @contextmanager
+        def nvtx_range(self, msg: str):
+            yield
+
+        def profiler_start(self) -> None:
+            return None
+
+        def profiler_stop(self) -> None:
+            return None
+
+        def ray_resource_name(self) -> str:
+            # verl's resource pools count only GPU-like resources; the CPU demo gives Ray a
+            # fake "GPU" resource per worker slot (GTPO_VERL_CPU_RAY_RESOURCE overrides)
+            return os.environ.get("GTPO_VERL_CPU_RAY_RESOURCE", "GPU")
+
+        def ray_resource_options(self, num_gpus: float) -> dict[str, Any]:
+            return {"resources": {self.ray_resource_name(): num_gpus}} if self.ray_resource_name() != "GPU" else {
+                "num_gpus": num_gpus
+            }
+
+        def ray_noset_envvars(self) -> list[str]:
+            return []
+
+        def is_ipc_supported(self) -> bool:
+            return False
+
+        def cudart(self) -> Any:
+            return None
+
+        def rollout_env_vars(self) -> dict[str, str]:
+            return {}
+
+    return PlatformCPU
+
+
+def _register_fsdp_engines() -> None:
+    """Workaround 3: make verl's FSDP engines selectable on ``cpu``."""
+    from verl.workers.engine import EngineRegistry
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
+
+    for model_type, engine in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
+        for backend in ("fsdp", "fsdp2"):
+            registry = EngineRegistry._engines.setdefault(model_type, {}).setdefault(backend, {})
+            registry.setdefault("cpu", engine)
+
+
+def activate() -> None:
+    """Select the CPU platform in this process (idempotent)."""
+    global _ACTIVE
+    if _ACTIVE:
+        return
+    from verl.plugin.platform import platform_manager
+
+    cls = platform_manager.PlatformRegistry.register(platform="cpu")(_platform_class())
+    os.environ["VERL_PLATFORM"] = "cpu"
+    os.environ[ENV_FLAG] = "1"
+    platform_manager.set_platform(cls())
+    _register_fsdp_engines()
+    _ACTIVE = True
+
+
+def is_active() -> bool:
+    return _ACTIVE
+
+
+def init_gloo_process_group(rank: int = 0, world_size: int = 1, port: int | None = None) -> None:
+    """Start a gloo process group before verl does (workaround 4)."""
+    import socket
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    if port is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    os.environ.update(
+        {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+         "MASTER_PORT": str(port)}
+    )
+    dist.init_process_group(backend="gloo", rank=rank, world_size=world_size)
