@@ -45,6 +45,7 @@ def _groups(index: Any, estimator: str, batch: int) -> tuple[torch.Tensor, int]:
     group_ids, num_groups = group_ids_from_uids(index)
     if group_ids.numel() != batch:
         raise ValueError(f"advantage estimator {estimator!r}: {group_ids.numel()} uids for {batch} responses.")
+    record_estimator_output("groups", (group_ids, num_groups))  # reused by the diagnostics
     return group_ids, num_groups
 
 

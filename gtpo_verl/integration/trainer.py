@@ -24,7 +24,6 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from gtpo_verl.algorithms.groups import group_ids_from_uids
 from gtpo_verl.integration.config import GTPOTrajConfig
 from gtpo_verl.integration.context import bind_estimator_inputs
 from gtpo_verl.integration.diagnostics import PREFIX, EntropyWatch, estimator_metrics
@@ -33,8 +32,9 @@ from gtpo_verl.integration.registry import ESTIMATOR_NAMES, check_registered
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "gtpo_state.json"
-# TransferQueue fields our estimators read; all were written by verl before _compute_advantage.
-ESTIMATOR_FIELDS = ("entropy", "responses", "response_mask", "uid")
+# TransferQueue fields our estimators read on top of verl's own; both exist before _compute_advantage
+# (entropy from the old-log-prob pass, responses from the rollout).
+ESTIMATOR_FIELDS = ("entropy", "responses")
 
 
 @dataclass
@@ -111,9 +111,17 @@ class GTPOTrainerMixin:
         import transfer_queue as tq
 
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=list(ESTIMATOR_FIELDS))
-        mask = _padded(data["response_mask"])
-        width = mask.shape[-1]
-        entropy = _fit_width(_padded(data["entropy"]).to(torch.float32), width)
+        # `entropy` is response-only and nested like verl's response_mask: same rows, same lengths,
+        # so padding it gives the (B, T) layout verl's _compute_advantage builds for response_mask
+        nested_entropy = data["entropy"]
+        entropy = _padded(nested_entropy).to(torch.float32)
+        width = entropy.shape[-1]
+        lengths = nested_entropy.offsets().diff() if getattr(nested_entropy, "is_nested", False) else None
+        mask = (
+            (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.int64)
+            if lengths is not None
+            else torch.ones_like(entropy, dtype=torch.int64)
+        )
         responses = _fit_width(_padded(data["responses"]), width)
         real_rows = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
         diagnostics = bool(self.config.get("gtpo", {}).get("diagnostics", True))
@@ -130,8 +138,7 @@ class GTPOTrainerMixin:
                 "overriding algorithm.adv_estimator handling?"
             )
         if diagnostics:
-            uids = data["uid"]
-            group_ids, num_groups = group_ids_from_uids(uids.tolist() if hasattr(uids, "tolist") else uids)
+            group_ids, num_groups = outputs["groups"]
             metrics.update(estimator_metrics(estimator, result, mask, real_rows, group_ids, num_groups))
             valid = (mask > 0) & real_rows.unsqueeze(-1)
             batch_mean = float(entropy[valid].mean()) if bool(valid.any()) else 0.0
