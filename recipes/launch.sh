@@ -1,0 +1,75 @@
+# shellcheck shell=bash
+# How every recipe starts `python3 -m gtpo_verl.main` (sourced by recipes/*/common.sh; not run alone).
+#
+#   LAUNCHER=ray      `ray job submit` to the Ray cluster at RAY_ADDRESS (dashboard address, default
+#                     http://localhost:8265). gtpo_verl must be installed on every node (docs/reproduce.md).
+#   LAUNCHER=direct   run the driver on this machine: a single node (verl starts a local Ray), or a node
+#                     of a running cluster with RAY_ADDRESS=<head ip>:6379 (recipes/slurm/ray_on_slurm.sbatch).
+#   DRY_RUN=1         print the resolved command (every variable expanded, quoted for bash) and exit 0.
+#   DRY_RUN=config    print the composed trainer config for these overrides (Hydra `--cfg job`) and exit;
+#                     needs gtpo_verl installed where it runs, no GPU.
+
+LAUNCHER=${LAUNCHER:-ray}
+RAY_ADDRESS=${RAY_ADDRESS:-"http://localhost:8265"}
+RUNTIME_ENV=${RUNTIME_ENV:-}  # a runtime_env YAML file for `ray job submit`; replaces RUNTIME_ENV_JSON
+RUNTIME_ENV_JSON=${RUNTIME_ENV_JSON:-'{"env_vars": {"TORCH_NCCL_AVOID_RECORD_STREAMS": "1"}}'}
+WORKING_DIR=${WORKING_DIR:-}  # optional folder uploaded as the job's working directory
+RAY_NO_WAIT=${RAY_NO_WAIT:-1} # 1: `ray job submit --no-wait` (follow with `ray job logs -f <id>`)
+DRY_RUN=${DRY_RUN:-0}
+
+# Print $1 as one bash word: bare when it has no special characters, else in single quotes.
+shell_quote() {
+    local escaped="'\\''"
+    if [[ "$1" =~ ^[A-Za-z0-9_@%+=:,./-]+$ ]]; then
+        printf '%s' "$1"
+    else
+        printf "'%s'" "${1//\'/${escaped}}"
+    fi
+}
+
+# Print a command runnable as is: the launcher part on the first line, then one override per line.
+print_command() {
+    local arg head=1
+    for arg in "$@"; do
+        if ((head)); then
+            shell_quote "${arg}"
+            [[ "${arg}" == gtpo_verl.main ]] && head=0
+            ((head)) && printf ' '
+        else
+            printf ' \\\n    '
+            shell_quote "${arg}"
+        fi
+    done
+    printf '\n'
+}
+
+# launch_main OVERRIDE...: start (or print) `python3 -m gtpo_verl.main OVERRIDE...` with LAUNCHER.
+launch_main() {
+    local -a main=(python3 -m gtpo_verl.main "$@") cmd=()
+    case "${LAUNCHER}" in
+    ray)
+        cmd=(ray job submit "--address=${RAY_ADDRESS}")
+        if [[ -n "${RUNTIME_ENV}" ]]; then
+            cmd+=("--runtime-env=${RUNTIME_ENV}")
+        else
+            cmd+=("--runtime-env-json=${RUNTIME_ENV_JSON}")
+        fi
+        if [[ -n "${WORKING_DIR}" ]]; then cmd+=("--working-dir=${WORKING_DIR}"); fi
+        if [[ "${RAY_NO_WAIT}" != 0 ]]; then cmd+=(--no-wait); fi
+        cmd+=(-- "${main[@]}")
+        ;;
+    direct) cmd=("${main[@]}") ;;
+    *)
+        echo "LAUNCHER=${LAUNCHER} is not a launcher: use LAUNCHER=ray (ray job submit to RAY_ADDRESS) or LAUNCHER=direct (driver on this machine)." >&2
+        return 2
+        ;;
+    esac
+    case "${DRY_RUN}" in
+    0) "${cmd[@]}" ;;
+    config) "${main[@]}" --cfg job ;;
+    *)
+        echo "# DRY_RUN=${DRY_RUN}: nothing launched. ${0##*/} with LAUNCHER=${LAUNCHER} runs:"
+        print_command "${cmd[@]}"
+        ;;
+    esac
+}
