@@ -476,3 +476,31 @@ def test_dry_run_command_is_one_line_per_override(stubs, tmp_path):
     assert shlex.split(" ".join(line.rstrip("\\") for line in lines[1:]))[-1] == (
         "actor_rollout_ref.actor.policy_loss.sequence_ratio_mean=arithmetic"
     )
+
+
+def test_dapo_validation_metric_names():
+    """The names docs/metrics.md's dashboard uses, from verl's own V1 validation aggregation.
+
+    With n=32 samples per AIME problem and the math_dapo scorer (``score``, ``acc``, ``pred``), verl
+    makes ``acc`` the core variable: ``val-core/math_dapo/acc/{mean,best,maj}@32``; the ±1 reward
+    (with the overlong penalty), the quantity of Paper B's plots, is under ``val-aux/…/reward/``.
+    """
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+    from verl.utils.reward_score import default_compute_score
+
+    sources, uids, info = [], [], {"reward": [], "score": [], "acc": [], "pred": []}
+    for problem, answer in enumerate(["34", "204"]):  # 2 problems × 32 samples, 8 of them correct
+        for k in range(32):
+            result = default_compute_score("math_dapo", f"Answer: {answer if k % 4 == 0 else k}", answer)
+            sources.append("math_dapo")
+            uids.append(f"uid{problem}")
+            info["reward"].append(result["score"])
+            for key in ("score", "acc", "pred"):
+                info[key].append(result[key])
+    metrics = PPOTrainer._val_metrics_update(None, sources, uids, info, [])  # uses no trainer state
+    assert metrics["val-core/math_dapo/acc/mean@32"] == pytest.approx(0.25)  # avg@32
+    assert metrics["val-core/math_dapo/acc/best@32/mean"] == pytest.approx(1.0)  # pass@32
+    assert "val-core/math_dapo/acc/maj@32/mean" in metrics
+    assert metrics["val-aux/math_dapo/reward/mean@32"] == pytest.approx(-0.5)  # ±1 reward: 2·acc − 1
+    assert metrics["val-aux/math_dapo/reward/best@32/mean"] == pytest.approx(1.0)
+    assert "val-aux/math_dapo/acc/best@16/mean" in metrics
