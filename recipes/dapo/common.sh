@@ -64,6 +64,7 @@ TEST_FILE=${TEST_FILE:-"${RAY_DATA_HOME}/data/aime-2024-dedup.parquet"}  # recip
 LOGGER=${LOGGER:-'["console","wandb"]'}
 TEST_FREQ=${TEST_FREQ:-5}
 SAVE_FREQ=${SAVE_FREQ:-5}
+MAX_ACTOR_CKPT_TO_KEEP=${MAX_ACTOR_CKPT_TO_KEEP:-2} # 32B in fp32 + Adam moments: ~0.4 TB per checkpoint
 TOTAL_EPOCHS=${TOTAL_EPOCHS:-1}
 
 # ---- performance (no effect on the algorithm) ----
@@ -141,6 +142,7 @@ dapo_main() {
         trainer.val_before_train=True \
         trainer.test_freq="${TEST_FREQ}" \
         trainer.save_freq="${SAVE_FREQ}" \
+        trainer.max_actor_ckpt_to_keep="${MAX_ACTOR_CKPT_TO_KEEP}" \
         trainer.total_epochs="${TOTAL_EPOCHS}" \
         trainer.default_local_dir="${CKPTS_DIR}" \
         trainer.resume_mode=auto \

@@ -64,6 +64,7 @@ CKPTS_DIR=${CKPTS_DIR:-"${RAY_DATA_HOME}/ckpts/${PROJECT_NAME}/${EXP_NAME}"}
 LOGGER=${LOGGER:-'["console","wandb"]'}
 TEST_FREQ=${TEST_FREQ:-500}
 SAVE_FREQ=${SAVE_FREQ:-500}
+MAX_ACTOR_CKPT_TO_KEEP=${MAX_ACTOR_CKPT_TO_KEEP:-2}
 gen_tp=${GEN_TP:-1}
 gpu_memory_utilization=${GPU_MEMORY_UTILIZATION:-0.6}
 max_token_len=${MAX_TOKEN_LEN:-$((max_prompt_length + max_response_length))}
@@ -121,6 +122,7 @@ paper_a_main() {
         trainer.val_before_train=True \
         trainer.test_freq="${TEST_FREQ}" \
         trainer.save_freq="${SAVE_FREQ}" \
+        trainer.max_actor_ckpt_to_keep="${MAX_ACTOR_CKPT_TO_KEEP}" \
         trainer.total_epochs="${total_epochs}" \
         trainer.default_local_dir="${CKPTS_DIR}" \
         trainer.resume_mode=auto \
