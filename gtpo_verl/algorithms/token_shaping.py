@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 import torch
 
-from gtpo_verl.algorithms.groups import group_sum, masked_copy, row_dot
-from gtpo_verl.algorithms.normalization import ADV_NORM_MODES, zscore_by_class_
+from gtpo_verl.algorithms.groups import RowBlocks, group_sum, row_dot, row_sum_squares
+from gtpo_verl.algorithms.normalization import ADV_NORM_MODES, class_sets, set_means, set_row_scale
 
 TOKEN_VARIANTS = ("base", "clipped_len", "unified_v6")
 ENTROPY_SHARES = ("column", "geometric")
@@ -52,40 +52,6 @@ def overlong_length_penalty(
     soft = (expected - lengths) / scale
     penalty = torch.where(lengths <= expected, torch.zeros_like(soft), soft)
     return torch.where(lengths > l2, torch.full_like(soft, -1.0), penalty)
-
-
-def _column_share_(
-    values: torch.Tensor,
-    mask: torch.Tensor,
-    member_groups: torch.Tensor,
-    num_groups: int,
-) -> torch.Tensor:
-    """Scale ``values`` in place to ``x_{i,t} / mean_{k in set_t} x_{k,t}`` (column share).
-
-    ``member_groups`` maps rows of the set to their group and every other row to the dummy
-    group K, whose share is 0. This is H_{i,t} / Σ_k H_{k,t} · d_t of Eq. (S18) and its inverse
-    twin of Eq. (S26). Where a column sums to 0 (all entropies 0) the share is 1, the uniform
-    limit that keeps Σ_i share = d_t (Remark 2.1 reading, ALGORITHMS.md §B.6).
-    """
-    col_sum = group_sum(values, member_groups, num_groups + 1)
-    col_count = group_sum(mask, member_groups, num_groups + 1)
-    positive = col_sum > 0
-    scale = torch.where(positive, col_count / torch.where(positive, col_sum, torch.ones_like(col_sum)), 0.0)
-    uniform = (~positive & (col_count > 0)).to(values.dtype)
-    scale[num_groups] = 0.0
-    uniform[num_groups] = 0.0
-    gathered = torch.index_select(scale, 0, member_groups)
-    values.mul_(gathered)
-    if bool(uniform.any()):  # only columns whose entropies all vanish need the second table
-        torch.index_select(uniform, 0, member_groups, out=gathered)
-        values.addcmul_(gathered, mask)
-    return values
-
-
-def _row_geometric_mean(values: torch.Tensor, mask: torch.Tensor, counts: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """Return ``(B,)`` exp(mean_t log(x + ε)) over each row's valid tokens (1 for empty rows)."""
-    logs = torch.add(values, epsilon).log_()
-    return torch.exp(row_dot(logs, mask) / counts.clamp_min(1))
 
 
 def gtpo_token_advantage(
@@ -147,52 +113,84 @@ def gtpo_token_advantage(
 
     NOTE: H = 0 is handled as in Remark 2.1: 1/(H + ε) in the inverse share, and a column
     whose entropies all vanish gives each active success a share of 1.
+
+    Cost (docs/performance.md): two passes over the batch and one final scaling. The first
+    writes H (1/(H + ε) on failure rows) into the output and sums the columns of every
+    (group, class) segment; the second multiplies by the (segment, t) table of coefficient ·
+    share scales and adds reward − set mean, whose set sums need no pass because each
+    segment's shares sum to its token count. On the CPU both run in row blocks
+    (``RowBlocks``), so the output is the only ``(B, T)`` allocation.
     """
     dtype = torch.promote_types(entropy.dtype, torch.float32)
-    mask = response_mask.to(dtype)
-    counts = mask.sum(-1)
-    success = sequence_scores > success_threshold
-    fail = ~success
-
-    # α2 · share on success tokens, 0 elsewhere (shares are detached constants)
-    shaped, entropy_sums = masked_copy(entropy.detach().to(dtype), mask, "entropy")
-    mean_entropy = entropy_sums / counts.clamp_min(1)
+    device = entropy.device
+    group_ids = group_ids.to(device)
+    success = (sequence_scores > success_threshold).to(device)
     negative_branch = negative_shaping or variant == "unified_v6"
-    inverse_entropy = None
+    column = entropy_share == "column"
+    blocks = RowBlocks(response_mask, dtype)
+
+    # Segments of the column shares: success rows of group g → g; with negative shaping the
+    # failure rows of g → K + g (the two sets are disjoint, so one table serves Eq. S18 and
+    # S26); every other row → a last, empty segment whose coefficient is 0.
+    num_segments = num_groups * (2 if negative_shaping else 1) + 1
+    dummy = num_segments - 1
+    seg = torch.where(success, group_ids, group_ids + num_groups if negative_shaping else dummy)
+    # coefficient of each segment's share in the reward: +α2 (S18), −1 (S26) or −α2 (v6 Eq. 5)
+    fail_coef = -(alpha2 if variant == "unified_v6" else 1.0)
+    coef = torch.zeros(num_segments, dtype=torch.float64, device=device)
+    coef[:num_groups] = alpha2
     if negative_shaping:
-        inverse_entropy = torch.add(shaped, epsilon).reciprocal_().mul_(mask)
-    if entropy_share == "column":
-        _column_share_(shaped, mask, torch.where(success, group_ids, num_groups), num_groups)
+        coef[num_groups:dummy] = fail_coef
+    row_coef = coef[seg]
+
+    out, counts, entropy_sums, shaped_sums, log_sums, col_sum, col_count = _entropy_pass(
+        entropy.detach(), blocks, success, seg, num_segments, dtype=dtype, epsilon=epsilon,
+        inverse=negative_shaping, column=column, geometric=not column,
+    )
+    mean_entropy = entropy_sums / counts.clamp_min(1)
+
+    # per-token share = shaped · table[seg] (+ mask · uniform[seg]) for column shares, or
+    # shaped · row factor for geometric ones
+    share_table = uniform_table = share_row = None
+    if column:
+        # x_{i,t} / mean_{k in set_t} x_{k,t} = x_{i,t} · count_t / Σ_k x_{k,t} (S18: H / ΣH · d_t);
+        # a column whose values all vanish gives each active member a share of 1 (Remark 2.1)
+        nonpositive = col_sum <= 0
+        share_table = col_count / col_sum.masked_fill_(nonpositive, 1.0)
+        share_table.masked_fill_(nonpositive, 0.0)
+        nonpositive[dummy] = False
+        uniform_columns = nonpositive.logical_and_(col_count > 0)
+        if bool(uniform_columns.any()):  # only columns whose entropies all vanish need this table
+            uniform_table = uniform_columns.to(dtype)
     else:
-        # row geometric mean GM_i = (Π_t (H_{i,t} + ε))^{1/|o_i|}; also GM_i(1/H) = 1/GM_i
-        geo = _row_geometric_mean(shaped, mask, counts, epsilon)
-        shaped.mul_((success.to(dtype) / geo).unsqueeze(-1))
+        # row geometric mean GM_i = (Π_t (H_{i,t} + ε))^{1/|o_i|} (S20); GM_i(1/H) = 1/GM_i (S27)
+        geo = torch.exp(log_sums / counts.clamp_min(1))
+        share_row = torch.where(success, 1.0 / geo, geo)
+
     share_stats = None
     if return_share_stats:  # three reductions, for diagnostics only
-        share_stats = torch.stack([shaped.sum(), row_dot(shaped, shaped).sum(), shaped.max()]).to(torch.float64)
-    shaped.mul_(alpha2)
+        share_stats = _success_share_stats(out, blocks, success, seg, share_table, uniform_table, share_row)
 
-    row_reward = torch.where(success, alpha1, 0.0).to(dtype)
+    # fold the segment coefficients into the small tables (or the row factors)
+    if column:
+        coef_column = coef.to(dtype).unsqueeze(-1)
+        share_table.mul_(coef_column)
+        if uniform_table is not None:
+            uniform_table.mul_(coef_column)
+    else:
+        share_row = (share_row * row_coef).to(dtype)
+
+    success64 = success.to(torch.float64)
+    row_reward = success64 * alpha1  # r̃ = α1 + ... on O+ (S18), 0 on O−
     if variant == "unified_v6":
-        row_reward = torch.where(success, alpha1, -alpha1).to(dtype)
+        row_reward = (2.0 * success64 - 1.0) * alpha1  # ±α1 (v6 Eq. 3, 5)
     if variant == "clipped_len":
-        shaped.addcmul_(mask, row_reward.unsqueeze(-1))
-        shaped.clamp_(1.0, alpha1 * (1.0 + 1.0 / kappa)).mul_(mask).mul_(success.to(dtype).unsqueeze(-1))
         row_reward = overlong_length_penalty(
             counts,
             buffer_len=overlong_buffer_len,
             max_len=max_response_len,
             denominator=length_penalty_denominator,
-        ).to(dtype)
-    if inverse_entropy is not None:
-        # failure shaping: −(inverse share), scaled by α2 in the v6 form (S26 / v6 Eq. 5)
-        if entropy_share == "column":
-            _column_share_(inverse_entropy, mask, torch.where(fail, group_ids, num_groups), num_groups)
-        else:
-            inverse_entropy.mul_((fail.to(dtype) * geo).unsqueeze(-1))  # (1/H) / GM(1/H), Eq. (S27)
-        shaped.add_(inverse_entropy, alpha=-(alpha2 if variant == "unified_v6" else 1.0))
-        del inverse_entropy
-    shaped.addcmul_(mask, row_reward.unsqueeze(-1))
+        ).to(torch.float64)
 
     keep_rows = None
     if uniform_outcome_groups == "zero_adv":
@@ -201,19 +199,205 @@ def gtpo_token_advantage(
         sizes = group_sum(member.to(torch.int64), group_ids, num_groups)
         mixed = (successes > 0) & (successes < sizes)
         keep_rows = mixed[group_ids]
-    zscore_by_class_(
-        shaped,
-        mask,
-        counts,
-        success,
-        group_ids,
-        num_groups,
-        mode=adv_norm if negative_branch else "single_combined",
-        unbiased=std_unbiased,
-        epsilon=epsilon,
-        keep_rows=keep_rows,
+    sets = class_sets(counts, success, group_ids, num_groups, mode=adv_norm if negative_branch else "single_combined")
+
+    if variant != "clipped_len":
+        # The set sums of the shaped rewards need no (B, T) pass. Column shares sum to the
+        # column's member count (Σ_i H_{i,t}/Σ_k H_{k,t} · d_t = d_t; a uniform column gives 1
+        # per member), so a segment's shares sum to its token count; row factors sum to
+        # factor · Σ_t x_{i,t}.
+        row_totals = row_reward * counts.to(torch.float64)
+        if column:
+            row_totals = row_totals + row_coef * counts.to(torch.float64)
+        else:
+            row_totals = row_totals + share_row.to(torch.float64) * shaped_sums.to(torch.float64)
+        set_sums = group_sum(row_totals, sets.set_ids, sets.num_sets)
+        set_mean = set_means(set_sums, sets)
+        # reward minus set mean on every valid token, added in the same pass as the shares
+        row_shift = (row_reward - set_mean[sets.set_ids]).to(dtype)
+        row_sq_dev = _reward_pass_(
+            out, blocks, seg, share_table, uniform_table, share_row, row_shift, centred=True
+        )
+    else:
+        # (S24) needs the rewards before their mean: one pass for them, one for the centring
+        row_totals = _reward_pass_(
+            out, blocks, seg, share_table, uniform_table, share_row, row_reward.to(dtype), centred=False,
+            clip=(alpha1, 1.0, alpha1 * (1.0 + 1.0 / kappa)), success=success,
+        )
+        set_mean = set_means(group_sum(row_totals.to(torch.float64), sets.set_ids, sets.num_sets), sets)
+        row_sq_dev = _centre_pass_(out, blocks, (-set_mean[sets.set_ids]).to(dtype))
+
+    if not bool(torch.isfinite(row_sq_dev).all()):
+        raise ValueError("non-finite value at a valid response position (NaN/Inf entropy or reward?)")
+    row_scale = set_row_scale(
+        row_sq_dev, set_mean, sets, unbiased=std_unbiased, epsilon=epsilon, keep_rows=keep_rows
     )
-    return TokenShaping(advantages=shaped, success=success, mean_entropy=mean_entropy, share_stats=share_stats)
+    out.mul_(row_scale.to(dtype).unsqueeze(-1))
+    return TokenShaping(advantages=out, success=success, mean_entropy=mean_entropy, share_stats=share_stats)
+
+
+def _entropy_pass(
+    entropy: torch.Tensor,
+    blocks: RowBlocks,
+    success: torch.Tensor,
+    seg: torch.Tensor,
+    num_segments: int,
+    *,
+    dtype: torch.dtype,
+    epsilon: float,
+    inverse: bool,
+    column: bool,
+    geometric: bool,
+):
+    """First pass: the masked entropies (inverted on failure rows) and their sums and columns.
+
+    Returns ``(shaped, counts, entropy_sums, shaped_sums, log_sums, col_sum, col_count)``:
+    ``shaped`` ``(B, T)`` is H·mask on success rows and, with ``inverse``, mask/(H·mask + ε)
+    on failure rows (the 1/(H + ε) of Eq. S26); ``entropy_sums`` the row sums of H·mask
+    (garbage outside the mask ignored, non-finite values inside it a ``ValueError``);
+    ``shaped_sums`` the row sums of ``shaped``; ``log_sums`` Σ_t log(H + ε) (geometric);
+    ``col_sum``/``col_count`` ``(num_segments, T)`` the per-segment column sums of ``shaped``
+    and of the mask (column shares).
+    """
+    batch, width = entropy.shape
+    device = entropy.device
+    out = torch.empty(batch, width, dtype=dtype, device=device)
+    counts = torch.empty(batch, dtype=dtype, device=device)
+    entropy_sums = torch.empty(batch, dtype=dtype, device=device)
+    shaped_sums = torch.empty(batch, dtype=dtype, device=device) if inverse and geometric else entropy_sums
+    log_sums = torch.empty(batch, dtype=dtype, device=device) if geometric else None
+    col_sum = col_count = None
+    if column:
+        col_sum = torch.zeros(num_segments, width, dtype=dtype, device=device)
+        col_count = torch.zeros(num_segments, width, dtype=dtype, device=device)
+    if inverse:
+        # ε on failure rows; +inf on success rows, where mask / inf adds exactly 0
+        inverse_offset = torch.where(
+            success.unsqueeze(-1),
+            torch.tensor(float("inf"), dtype=dtype, device=device),
+            torch.tensor(epsilon, dtype=dtype, device=device),
+        )
+        keep_success = success.to(dtype).unsqueeze(-1)
+    for block in blocks:
+        mask = blocks.mask(block)
+        shaped = torch.mul(entropy[block], mask, out=out[block])
+        sums = shaped.sum(-1)
+        bad = ~torch.isfinite(sums)
+        if bool(bad.any()):  # NaN/Inf garbage outside the mask: redo those rows with where
+            rows = torch.nonzero(bad).flatten()
+            shaped[rows] = torch.where(
+                mask[rows] > 0, entropy[block][rows].to(dtype), torch.zeros((), dtype=dtype, device=device)
+            )
+            sums[rows] = shaped[rows].sum(-1)
+            if not bool(torch.isfinite(sums).all()):
+                first = torch.nonzero(~torch.isfinite(sums)).flatten()[:5] + block.start
+                raise ValueError(
+                    f"non-finite entropy at valid response positions of rows {first.tolist()} (NaN/Inf entropy?)"
+                )
+        entropy_sums[block] = sums
+        torch.sum(mask, -1, out=counts[block])
+        if geometric:
+            logs = torch.add(shaped, epsilon, out=blocks.scratch(block)).log_()
+            log_sums[block] = row_dot(logs, mask)
+        if inverse:
+            offset = torch.add(shaped, inverse_offset[block], out=blocks.scratch(block))
+            shaped.mul_(keep_success[block]).addcdiv_(mask, offset)
+            if geometric:
+                shaped_sums[block] = shaped.sum(-1)
+        if column:
+            col_sum.index_add_(0, seg[block], shaped)
+            col_count.index_add_(0, seg[block], mask)
+    return out, counts, entropy_sums, shaped_sums, log_sums, col_sum, col_count
+
+
+def _apply_shares_(
+    shaped: torch.Tensor,
+    mask: torch.Tensor,
+    block: slice,
+    blocks: RowBlocks,
+    seg: torch.Tensor,
+    table: torch.Tensor | None,
+    uniform: torch.Tensor | None,
+    row_factor: torch.Tensor | None,
+) -> torch.Tensor:
+    """``shaped[block] ← shaped · table[seg] + mask · uniform[seg]`` (column) or ``· row_factor``."""
+    if table is None:
+        return shaped.mul_(row_factor[block].unsqueeze(-1))
+    gathered = torch.index_select(table, 0, seg[block], out=blocks.scratch(block, 1))
+    shaped.mul_(gathered)
+    if uniform is not None:
+        shaped.addcmul_(torch.index_select(uniform, 0, seg[block], out=gathered), mask)
+    return shaped
+
+
+def _reward_pass_(
+    out: torch.Tensor,
+    blocks: RowBlocks,
+    seg: torch.Tensor,
+    table: torch.Tensor | None,
+    uniform: torch.Tensor | None,
+    row_factor: torch.Tensor | None,
+    row_shift: torch.Tensor,
+    *,
+    centred: bool,
+    clip: tuple[float, float, float] | None = None,
+    success: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Second pass: ``out`` ← coefficient · share + mask · ``row_shift`` on every valid token.
+
+    ``centred``: ``row_shift`` is reward − set mean; returns the rows' Σ (value)² for the std.
+    Otherwise (``clip = (α1, low, high)``, Eq. S24) success rows get clip(α1 + α2·share, low,
+    high) first, and the return value is the rows' sums (for the set means).
+    """
+    totals = torch.empty(out.shape[0], dtype=out.dtype, device=out.device)
+    if clip is not None:
+        is_success = success.to(out.dtype).unsqueeze(-1)
+        not_success = (~success).to(out.dtype).unsqueeze(-1)
+    for block in blocks:
+        mask = blocks.mask(block)
+        shaped = _apply_shares_(out[block], mask, block, blocks, seg, table, uniform, row_factor)
+        if clip is not None:
+            alpha1, low, high = clip
+            clipped = torch.add(shaped, alpha1, out=blocks.scratch(block)).clamp_(low, high)
+            clipped.mul_(mask).mul_(is_success[block])
+            shaped.mul_(not_success[block]).add_(clipped)
+        shaped.addcmul_(mask, row_shift[block].unsqueeze(-1))
+        totals[block] = row_sum_squares(shaped) if centred else shaped.sum(-1)
+    return totals
+
+
+def _centre_pass_(out: torch.Tensor, blocks: RowBlocks, row_shift: torch.Tensor) -> torch.Tensor:
+    """``out += mask · row_shift`` (minus the set mean); returns the rows' Σ (value)²."""
+    sq = torch.empty(out.shape[0], dtype=out.dtype, device=out.device)
+    for block in blocks:
+        values = out[block].addcmul_(blocks.mask(block), row_shift[block].unsqueeze(-1))
+        sq[block] = row_sum_squares(values)
+    return sq
+
+
+def _success_share_stats(
+    shaped: torch.Tensor,
+    blocks: RowBlocks,
+    success: torch.Tensor,
+    seg: torch.Tensor,
+    table: torch.Tensor | None,
+    uniform: torch.Tensor | None,
+    row_factor: torch.Tensor | None,
+) -> torch.Tensor:
+    """Return float64 (Σ, Σ², max) of the success tokens' shares (0 elsewhere), for diagnostics."""
+    batch = shaped.shape[0]
+    row_sum = torch.zeros(batch, dtype=torch.float64, device=shaped.device)
+    row_sq, row_max = row_sum.clone(), row_sum.clone()
+    for block in blocks:
+        share = blocks.scratch(block, 2).copy_(shaped[block])
+        share = _apply_shares_(share, blocks.mask(block), block, blocks, seg, table, uniform, row_factor)
+        row_sum[block] = share.sum(-1).to(torch.float64)
+        row_sq[block] = row_sum_squares(share).to(torch.float64)
+        if share.shape[1]:
+            row_max[block] = share.amax(-1).to(torch.float64)
+    keep = success.to(torch.float64)
+    largest = (row_max * keep).amax() if batch else row_max.new_zeros(())
+    return torch.stack([(row_sum * keep).sum(), (row_sq * keep).sum(), largest.clamp_min(0.0)])
 
 
 __all__ = [
