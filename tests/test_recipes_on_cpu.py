@@ -12,7 +12,6 @@ command that, run as printed, launches exactly the same argv. The three DAPO scr
 on every key outside their algorithm block.
 """
 
-import asyncio
 import os
 import re
 import shlex
@@ -21,6 +20,7 @@ import stat
 import subprocess
 import sys
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
@@ -293,14 +293,16 @@ def _score_one(cfg, data_source, ground_truth, response_text, response_len):
             "extra_info": np.array([{"index": 0}], dtype=object),
         },
     )
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
+
+    def score():  # in a fresh thread: verl's get_event_loop() then makes a loop for that thread only
         manager = load_reward_manager(cfg, _Tokenizer(response_text))
-        return loop.run_until_complete(manager.run_single(data))
-    finally:
-        loop.close()
-        asyncio.set_event_loop(None)
+        try:
+            return manager.loop.run_until_complete(manager.run_single(data))
+        finally:
+            manager.loop.close()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(score).result(timeout=60)
 
 
 @pytest.mark.parametrize("script", sorted(DAPO))
