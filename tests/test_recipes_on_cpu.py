@@ -506,3 +506,12 @@ def test_dapo_validation_metric_names():
     assert metrics["val-aux/math_dapo/reward/mean@32"] == pytest.approx(-0.5)  # ±1 reward: 2·acc − 1
     assert metrics["val-aux/math_dapo/reward/best@32/mean"] == pytest.approx(1.0)
     assert "val-aux/math_dapo/acc/best@16/mean" in metrics
+
+
+def test_verl_pin():
+    """recipes/REQUIRED_VERL.txt, setup.py and the verl these tests composed against agree."""
+    import verl
+
+    pin = (RECIPES_DIR / "REQUIRED_VERL.txt").read_text().splitlines()[0].strip()
+    assert pin == f"verl=={verl.__version__}" == "verl==0.9.1"
+    assert 'verl[verl-core]==0.9.1"' in (ROOT / "setup.py").read_text()

@@ -11,7 +11,7 @@ subset holding train*/test* files (the HF repo layout), or flat train*/test* fil
 Ground truth = the content of the solution's last ``\\boxed{…}``, braces balanced.
 NOTE: the official ``format_hendrycks_math`` uses the regex ``\\\\boxed\\{([^}]*)\\}``, which stops
 at the first "}" (``\\boxed{\\frac{1}{2}}`` → ``\\frac{1``; with the substring rule of the reward,
-every answer starting with ``\\frac{1`` would then count as correct). ``--answer-extraction official``
+every answer containing ``\\frac{1`` would then count as correct). ``--answer-extraction official``
 reproduces it.
 """
 
