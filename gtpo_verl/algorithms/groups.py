@@ -119,6 +119,29 @@ def masked_row_sums(values: torch.Tensor, mask: torch.Tensor, what: str = "value
     return sums
 
 
+def masked_product_(
+    values: torch.Tensor, mask: torch.Tensor, out: torch.Tensor, what: str = "value", first_row: int = 0
+) -> torch.Tensor:
+    """Write ``values * mask`` into ``out`` (exactly 0 outside the mask) and return its ``(B,)`` row sums.
+
+    The blocked form of ``masked_copy``: ``out`` is a preallocated (block or scratch) buffer.
+    Rows with NaN/Inf garbage outside the mask are redone with ``where``; non-finite values
+    inside the mask raise a ``ValueError`` naming the rows (offset by ``first_row``).
+    """
+    product = torch.mul(values, mask, out=out)
+    sums = product.sum(-1)
+    bad = ~torch.isfinite(sums)
+    if bool(bad.any()):
+        rows = torch.nonzero(bad).flatten()
+        zero = torch.zeros((), dtype=out.dtype, device=out.device)
+        product[rows] = torch.where(mask[rows] > 0, values[rows].to(out.dtype), zero)
+        sums[rows] = product[rows].sum(-1)  # same kernel as the clean rows: bitwise equal
+        if not bool(torch.isfinite(sums).all()):
+            first = (torch.nonzero(~torch.isfinite(sums)).flatten()[:5] + first_row).tolist()
+            raise ValueError(f"non-finite {what} at valid response positions of rows {first} (NaN/Inf entropy?)")
+    return sums
+
+
 def masked_copy(values: torch.Tensor, mask: torch.Tensor, what: str = "value") -> tuple[torch.Tensor, torch.Tensor]:
     """Return ``(values * mask, row sums)``: a fresh ``(B, T)`` buffer that is exactly 0 outside the mask.
 

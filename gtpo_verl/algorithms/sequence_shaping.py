@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from gtpo_verl.algorithms.groups import group_sum, masked_row_sums
+from gtpo_verl.algorithms.groups import RowBlocks, group_sum, masked_product_
 from gtpo_verl.algorithms.normalization import zscore_by_class_
 
 SEQUENCE_VARIANTS = ("base", "unified_v6")
@@ -106,13 +106,25 @@ def grpo_s_advantage(
         ``SequenceShaping``; ``advantages`` is Â_i on every valid token of response i.
     """
     dtype = torch.promote_types(entropy.dtype, torch.float32)
-    mask = response_mask.to(dtype)
-    counts = mask.sum(-1)
+    device = entropy.device
+    group_ids = group_ids.to(device)
+    entropy = entropy.detach()
+    # One pass: the float mask goes straight into the output buffer (scaled by Â_i at the end),
+    # the masked entropies into a block scratch (CPU row blocks, see RowBlocks).
+    blocks = RowBlocks(response_mask, dtype)
+    out = torch.empty(response_mask.shape, dtype=dtype, device=device)
+    counts = torch.empty(response_mask.shape[0], dtype=dtype, device=device)
+    entropy_sums = torch.empty_like(counts)
+    for block in blocks:
+        mask = out[block].copy_(response_mask[block])
+        torch.sum(mask, -1, out=counts[block])
+        entropy_sums[block] = masked_product_(
+            entropy[block], mask, blocks.scratch(block), "entropy", first_row=block.start
+        )
     member = counts > 0
-    success = (sequence_scores > success_threshold) & member
+    success = (sequence_scores.to(device) > success_threshold) & member
     fail = ~success & member
 
-    entropy_sums = masked_row_sums(entropy.detach().to(dtype), mask, "entropy")
     mean_entropy = entropy_sums / counts.clamp_min(1)  # Ĥ_i, Eq. (S32)
 
     reward = beta1 + beta2 * share_of_set(mean_entropy, success, group_ids, num_groups, mean="arithmetic")
@@ -146,7 +158,7 @@ def grpo_s_advantage(
     )
     seq_adv = seq_adv.squeeze(-1)
     return SequenceShaping(
-        advantages=mask * seq_adv.unsqueeze(-1),
+        advantages=out.mul_(seq_adv.unsqueeze(-1)),  # mask · Â_i
         sequence_advantages=seq_adv,
         success=success,
         mean_entropy=mean_entropy,

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from gtpo_verl.algorithms.groups import RowBlocks, group_sum, row_dot, row_sum_squares
+from gtpo_verl.algorithms.groups import RowBlocks, group_sum, masked_product_, row_dot, row_sum_squares
 from gtpo_verl.algorithms.normalization import ADV_NORM_MODES, class_sets, set_means, set_row_scale
 
 TOKEN_VARIANTS = ("base", "clipped_len", "unified_v6")
@@ -280,20 +280,8 @@ def _entropy_pass(
         keep_success = success.to(dtype).unsqueeze(-1)
     for block in blocks:
         mask = blocks.mask(block)
-        shaped = torch.mul(entropy[block], mask, out=out[block])
-        sums = shaped.sum(-1)
-        bad = ~torch.isfinite(sums)
-        if bool(bad.any()):  # NaN/Inf garbage outside the mask: redo those rows with where
-            rows = torch.nonzero(bad).flatten()
-            shaped[rows] = torch.where(
-                mask[rows] > 0, entropy[block][rows].to(dtype), torch.zeros((), dtype=dtype, device=device)
-            )
-            sums[rows] = shaped[rows].sum(-1)
-            if not bool(torch.isfinite(sums).all()):
-                first = torch.nonzero(~torch.isfinite(sums)).flatten()[:5] + block.start
-                raise ValueError(
-                    f"non-finite entropy at valid response positions of rows {first.tolist()} (NaN/Inf entropy?)"
-                )
+        shaped = out[block]
+        sums = masked_product_(entropy[block], mask, shaped, "entropy", first_row=block.start)
         entropy_sums[block] = sums
         torch.sum(mask, -1, out=counts[block])
         if geometric:

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import torch
 
-from gtpo_verl.algorithms.groups import group_sum, masked_row_sums, members_matrix, sample_variance
+from gtpo_verl.algorithms.groups import RowBlocks, group_sum, masked_product_, members_matrix, sample_variance
 
 LN2 = math.log(2.0)
 OVERLAP_MODES = ("product", "union")
@@ -28,9 +28,10 @@ ENTROPY_REG_MODES = ("advantage_offset", "differentiable")
 # |A_i| below this fraction of the group's reward scale is float rounding of an exact tie
 # with the mean: such a response is inactive (A = 0), as in an all-equal group.
 ADVANTAGE_TIE_TOLERANCE = 1e-6
-# Positions compared per pass when searching conflict runs; grows while runs continue.
-_FIRST_WINDOW = 64
-# Upper bound on K·G²·W booleans materialised by one pass of the run search.
+# Positions compared in the first pass of the conflict-run search; doubles while runs continue.
+# Small, because a pass costs little and most shared prefixes/suffixes are short.
+_FIRST_WINDOW = 8
+# Upper bound on pairs·W booleans materialised by one pass of the run search.
 _MAX_COMPARISONS = 1 << 24
 
 
@@ -78,33 +79,40 @@ def group_relative_advantage(
     return centred
 
 
+def opposite_sign_pairs(
+    sign: torch.Tensor, group_ids: torch.Tensor, num_groups: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return ``(pos_rows, neg_rows)``: every pair of rows of one group with A > 0 and A < 0.
+
+    Only such pairs can make a conflict, so the run search compares these Σ_g |P_g|·|N_g|
+    ≤ K·G²/4 pairs instead of all K·G² ordered pairs. Built from ``members_matrix``.
+    """
+    members = members_matrix(group_ids, num_groups)  # (K, G_max), -1 pads
+    slot_sign = torch.where(members >= 0, sign[members.clamp_min(0)], torch.zeros_like(sign[:1]))
+    pair = (slot_sign.unsqueeze(2) > 0) & (slot_sign.unsqueeze(1) < 0)  # (K, G_i, G_j)
+    group, i, j = torch.nonzero(pair, as_tuple=True)
+    return members[group, i], members[group, j]
+
+
 def _runs_in_window(
-    ids: torch.Tensor,
-    valid: torch.Tensor,
-    sign: torch.Tensor,
-    members: torch.Tensor,
+    ids: torch.Tensor, valid: torch.Tensor, pos_rows: torch.Tensor, neg_rows: torch.Tensor
 ) -> torch.Tensor:
     """Return ``(B,)`` length of the leading run of conflicts inside one window of positions.
 
     ``ids``/``valid`` (bool) are ``(B, W)`` (already aligned: forward or right-aligned positions).
     Position w of row i conflicts iff some j of the same group with sign(A_j) = −sign(A_i) ≠ 0
     is valid at w with the same token (C^f / C^b, ALGORITHMS.md §A.3). The partner may differ
-    from position to position. Cost: K·G²·W comparisons for the groups in ``members``.
+    from position to position. Cost: one comparison of W tokens per opposite-sign pair.
     """
-    batch = ids.shape[0]
-    slot = torch.where(members >= 0, members, batch)  # -1 → a dummy row that never matches
-    ids_ext = torch.cat([ids, ids.new_zeros(1, ids.shape[1])])
-    valid_ext = torch.cat([valid, valid.new_zeros(1, valid.shape[1])])
-    sign_ext = torch.cat([sign, sign.new_zeros(1)])
-    g_ids, g_valid, g_sign = ids_ext[slot], valid_ext[slot], sign_ext[slot]  # (K,G,W), (K,G,W), (K,G)
-    opposite = (g_sign.unsqueeze(2) * g_sign.unsqueeze(1)) < 0  # (K, G_i, G_j)
-    same_token = g_ids.unsqueeze(2) == g_ids.unsqueeze(1)  # (K, G_i, G_j, W)
-    partner_ok = same_token & g_valid.unsqueeze(1) & opposite.unsqueeze(-1)
-    conflict = partner_ok.any(dim=2) & g_valid  # (K, G, W)
-    run = conflict.to(torch.int32).cumprod(dim=-1).sum(dim=-1).to(torch.int64)  # (K, G)
-    out = torch.zeros(batch + 1, dtype=torch.int64)
-    out[slot.reshape(-1)] = run.reshape(-1)
-    return out[:batch]
+    batch, window = ids.shape
+    # token ids equal and both valid; invalid positions get distinct sentinels (−1 vs −2)
+    ids = torch.where(valid, ids, -1)
+    same = torch.index_select(ids, 0, pos_rows) == torch.where(valid, ids, -2).index_select(0, neg_rows)
+    same = same.to(torch.float32)  # (pairs, W)
+    # a position conflicts if any of the row's pairs matches there: count matches per row
+    hits = torch.zeros(batch, window, dtype=torch.float32, device=ids.device)
+    hits.index_add_(0, pos_rows, same).index_add_(0, neg_rows, same)
+    return (hits > 0).to(torch.int32).cumprod(dim=-1).sum(dim=-1).to(torch.int64)
 
 
 def leading_conflict_runs(
@@ -123,27 +131,29 @@ def leading_conflict_runs(
     k_f = the largest k with C^f_{i,0..k−1} all 1; k_b the same on positions counted back
     from each response's own last valid token (right alignment, official L165/L196 cumprod).
 
-    Runs are searched window by window and only while some run is still unbroken, so the
-    usual short shared prefixes/suffixes cost O(K·G²·64); near-duplicate groups cost more
-    but never more than ``_MAX_COMPARISONS`` booleans at once (not the official V·T bincount).
+    Runs are searched window by window (the first ``first_window`` positions, then doubling)
+    and only while some run is still unbroken, comparing only opposite-sign pairs with an
+    unbroken member: a shared prefix/suffix of length L costs about 2L token comparisons per
+    pair; near-duplicate groups cost more but never more than ``_MAX_COMPARISONS`` booleans
+    at once (not the official V·T bincount).
     """
     batch, width = responses.shape
-    runs = torch.zeros(batch, dtype=torch.int64)
+    device = responses.device
+    group_ids = group_ids.to(device)
+    runs = torch.zeros(batch, dtype=torch.int64, device=device)
     active = (sign != 0) & (lengths > 0)
     if not bool(active.any()):
         return runs
-    members = members_matrix(group_ids, num_groups)
-    group_size = members.shape[1]
+    all_pos, all_neg = opposite_sign_pairs(sign, group_ids, num_groups)
     last = lengths - 1
     start, window = 0, first_window
-    # rows whose run is unbroken so far; their groups are searched in the next window
+    # rows whose run is unbroken so far; their pairs are compared in the next window
     open_rows = active
     while start < width and bool(open_rows.any()):
-        open_groups = torch.zeros(num_groups, dtype=torch.bool)
-        open_groups[group_ids[open_rows]] = True
-        sub = members[open_groups]
-        window = max(1, min(window, width - start, _MAX_COMPARISONS // max(1, sub.shape[0] * group_size**2)))
-        offsets = torch.arange(start, start + window)
+        searched = open_rows[all_pos] | open_rows[all_neg]
+        pos_rows, neg_rows = all_pos[searched], all_neg[searched]
+        window = max(1, min(window, width - start, _MAX_COMPARISONS // max(1, pos_rows.numel())))
+        offsets = torch.arange(start, start + window, device=device)
         if from_end:
             cols = last.unsqueeze(1) - offsets.unsqueeze(0)  # (B, W), may be < 0
             in_range = cols >= 0
@@ -153,7 +163,7 @@ def leading_conflict_runs(
         else:
             win_ids = responses[:, start : start + window]
             win_valid = (valid[:, start : start + window] > 0) & (offsets.unsqueeze(0) < lengths.unsqueeze(1))
-        found = _runs_in_window(win_ids, win_valid, sign, sub)
+        found = _runs_in_window(win_ids, win_valid, pos_rows, neg_rows)
         runs = torch.where(open_rows, runs + found, runs)
         open_rows = open_rows & (found == window)
         start += window
@@ -191,14 +201,14 @@ def _scale_spans_(values: torch.Tensor, starts: torch.Tensor, spans: torch.Tenso
         return
     batch, width = values.shape
     if total * 8 < batch * width:
-        rows = torch.repeat_interleave(torch.arange(batch), spans)
+        rows = torch.repeat_interleave(torch.arange(batch, device=values.device), spans)
         first = torch.cumsum(spans, 0) - spans
-        cols = torch.arange(total) - torch.repeat_interleave(first - starts, spans)
+        cols = torch.arange(total, device=values.device) - torch.repeat_interleave(first - starts, spans)
         values[rows, cols] *= factors[rows]
     else:
-        positions = torch.arange(width).unsqueeze(0)
+        positions = torch.arange(width, device=values.device).unsqueeze(0)
         inside = (positions >= starts.unsqueeze(1)) & (positions < (starts + spans).unsqueeze(1))
-        values.mul_(torch.where(inside, factors.unsqueeze(1), torch.ones((), dtype=values.dtype)))
+        values.mul_(torch.where(inside, factors.unsqueeze(1), torch.ones((), dtype=values.dtype, device=values.device)))
 
 
 def conflict_token_weights(
@@ -217,7 +227,7 @@ def conflict_token_weights(
     ``product`` (official L166-215): λ = λ^f·λ^b, so the overlap of both runs of a positive
     response gets W² = 4. ``union`` (paper S12): λ ∈ {0, 1, W}.
     """
-    weights = torch.ones(raw_advantage.shape[0], width, dtype=torch.float32)
+    weights = torch.ones(raw_advantage.shape[0], width, dtype=torch.float32, device=raw_advantage.device)
     apply_run_weights_(weights, forward_run, backward_run, lengths, raw_advantage, conflict_weight, overlap)
     return weights
 
@@ -307,12 +317,29 @@ def gtpo_traj_advantage(
     the official code. All-equal groups are not skipped: λ ≡ 1, Ã = −δγ⟨H⟩ (golden A4).
     """
     dtype = torch.float32 if entropy is None else torch.promote_types(entropy.dtype, torch.float32)
-    mask = response_mask.to(dtype)
-    counts = mask.sum(-1)
-    # the backward run is anchored at the last valid token (EOS, or the last generated one);
-    # the (B, T) scratch of this max is reused below as the advantage buffer
-    advantages = torch.mul(mask, torch.arange(1, mask.shape[1] + 1, dtype=dtype))
-    lengths = advantages.amax(dim=-1).to(torch.int64) if mask.shape[1] else counts.long()
+    device = response_mask.device
+    group_ids = group_ids.to(device)
+    batch, width = response_mask.shape
+    # One pass over the batch (CPU row blocks, see RowBlocks): the float mask goes straight into
+    # the output buffer (scaled by the per-response coefficient at the end); its row sums, the
+    # last valid position and the entropy sums are reduced from block scratch.
+    blocks = RowBlocks(response_mask, dtype)
+    advantages = torch.empty(batch, width, dtype=dtype, device=device)
+    counts = torch.empty(batch, dtype=dtype, device=device)
+    last_position = torch.zeros(batch, dtype=dtype, device=device)
+    entropy_sums = None if entropy is None else torch.empty(batch, dtype=dtype, device=device)
+    positions = torch.arange(1, width + 1, dtype=dtype, device=device)
+    for block in blocks:
+        mask = advantages[block].copy_(response_mask[block])
+        torch.sum(mask, -1, out=counts[block])
+        if width:
+            # the backward run is anchored at the last valid token (EOS, or the last generated one)
+            torch.amax(torch.mul(mask, positions, out=blocks.scratch(block)), -1, out=last_position[block])
+        if entropy is not None:
+            entropy_sums[block] = masked_product_(
+                entropy[block].detach(), mask, blocks.scratch(block), "entropy", first_row=block.start
+            )
+    lengths = last_position.to(torch.int64) if width else counts.long()
     member = counts > 0
 
     raw = group_relative_advantage(
@@ -321,7 +348,6 @@ def gtpo_traj_advantage(
     if entropy is None:
         mean_entropy = torch.zeros_like(raw)
     else:
-        entropy_sums = masked_row_sums(entropy.detach().to(dtype), mask, "entropy")
         mean_entropy = (entropy_sums / counts.clamp_min(1)).to(torch.float64)
     keep = entropy_filter(
         mean_entropy, raw, threshold=entropy_threshold, scope=entropy_filter_scope, initial_entropy=initial_entropy
@@ -330,12 +356,12 @@ def gtpo_traj_advantage(
     shaped = torch.where(keep & member, raw - offset, torch.zeros_like(raw))
 
     sign = torch.sign(raw).to(torch.int8)
-    ids = responses.to(torch.int64)
-    k_f = leading_conflict_runs(ids, mask, lengths, sign, group_ids, num_groups, from_end=False)
-    k_b = leading_conflict_runs(ids, mask, lengths, sign, group_ids, num_groups, from_end=True)
+    ids = responses.to(device)
+    k_f = leading_conflict_runs(ids, response_mask, lengths, sign, group_ids, num_groups, from_end=False)
+    k_b = leading_conflict_runs(ids, response_mask, lengths, sign, group_ids, num_groups, from_end=True)
     n_conf = conflict_divisor(k_f, k_b, lengths, mode=divisor)
 
-    torch.mul(mask, (shaped / n_conf).to(dtype).unsqueeze(-1), out=advantages)
+    advantages.mul_((shaped / n_conf).to(dtype).unsqueeze(-1))  # mask · Ã_i / n_conf(i)
     apply_run_weights_(advantages, k_f, k_b, lengths, raw, conflict_weight, overlap)
     return TrajectoryShaping(
         advantages=advantages,
