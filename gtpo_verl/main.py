@@ -21,6 +21,10 @@ def run(config) -> None:
     from gtpo_verl.integration.trainer import make_task_runner
     from gtpo_verl.integration.validation import validate_gtpo_config
 
+    if str(config.trainer.device) == "cpu":  # opt-in CPU mode (gtpo_verl/cpu), before Ray starts
+        from gtpo_verl.cpu import activate
+
+        activate()
     auto_set_device(config)
     validate_gtpo_config(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))

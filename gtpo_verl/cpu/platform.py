@@ -8,10 +8,12 @@ Workarounds, one per verl 0.9.1 behaviour (delete each when upstream handles CPU
    lacks (e.g. ``empty_cache``, ``mem_get_info``, ``get_device_name`` in flops_counter.py):
    ``CPUDeviceModule`` adds no-op or host-memory versions.
 3. FSDP engines are registered for ``device=["cuda", "npu"]`` only
-   (workers/engine/fsdp/transformer_impl.py:1143, 1594): we add them under ``cpu``.
+   (workers/engine/fsdp/transformer_impl.py:1143, 1594): ``VERL_ENGINE_DEVICE=cuda``, verl's own
+   override (workers/engine/base.py:404), selects the same FSDP engine classes.
 4. ``initialize_global_process_group_ray`` builds the backend string
    ``cpu:gloo,<device>:<nccl backend>``, which for cpu is the invalid ``cpu:gloo,cpu:gloo``
-   (utils/distributed.py:89): the platform names ``gloo`` and callers init ``gloo`` first.
+   (utils/distributed.py:89): ``torch.distributed.init_process_group`` is wrapped to map that
+   one string to ``gloo`` (CPU mode only).
 5. ``get_device_id()`` is handed to ``Module.to`` / ``Tensor.to`` (utils/fsdp_utils.py:507 and
    others), where an integer means an accelerator: the platform's current device is "cpu".
 """
@@ -173,15 +175,18 @@ def _platform_class():
     return PlatformCPU
 
 
-def _register_fsdp_engines() -> None:
-    """Workaround 3: make verl's FSDP engines selectable on ``cpu``."""
-    from verl.workers.engine import EngineRegistry
-    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
+def _gloo_only_init_process_group(original):
+    """Workaround 4: verl asks for ``cpu:gloo,cpu:gloo``; torch rejects the duplicate device."""
 
-    for model_type, engine in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
-        for backend in ("fsdp", "fsdp2"):
-            registry = EngineRegistry._engines.setdefault(model_type, {}).setdefault(backend, {})
-            registry.setdefault("cpu", engine)
+    def init_process_group(*args, **kwargs):
+        backend = kwargs.get("backend")
+        if isinstance(backend, str) and backend.replace(" ", "") == "cpu:gloo,cpu:gloo":
+            kwargs["backend"] = "gloo"
+        return original(*args, **kwargs)
+
+    init_process_group.__wrapped__ = original
+    init_process_group._gtpo_verl_gloo_only = True
+    return init_process_group
 
 
 def activate() -> None:
@@ -191,11 +196,17 @@ def activate() -> None:
         return
     from verl.plugin.platform import platform_manager
 
+    import torch.distributed as dist
+
     cls = platform_manager.PlatformRegistry.register(platform="cpu")(_platform_class())
+    # environment first: Ray workers started later inherit it and activate in their own process
     os.environ["VERL_PLATFORM"] = "cpu"
     os.environ[ENV_FLAG] = "1"
+    os.environ["VERL_ENGINE_DEVICE"] = "cuda"  # workaround 3: verl's own engine-selection override
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     platform_manager.set_platform(cls())
-    _register_fsdp_engines()
+    if not getattr(dist.init_process_group, "_gtpo_verl_gloo_only", False):
+        dist.init_process_group = _gloo_only_init_process_group(dist.init_process_group)
     _ACTIVE = True
 
 

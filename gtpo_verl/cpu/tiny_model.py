@@ -16,8 +16,11 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_byte_tokenizer():
-    """Return a ``PreTrainedTokenizerFast``: 256 byte tokens + the Qwen chat specials."""
+def build_byte_tokenizer(extra_tokens: tuple[str, ...] = ()):
+    """Return a ``PreTrainedTokenizerFast``: 256 byte tokens + the Qwen chat specials.
+
+    ``extra_tokens`` become single (non-special, so decoded) tokens, e.g. format tags.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -31,15 +34,19 @@ def build_byte_tokenizer():
         tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
     )
     tokenizer.chat_template = CHAT_TEMPLATE
+    if extra_tokens:
+        tokenizer.add_tokens(list(extra_tokens))
     return tokenizer
 
 
-def build_tiny_qwen2(path: str, *, hidden_size: int = 128, layers: int = 2, seed: int = 0) -> str:
+def build_tiny_qwen2(
+    path: str, *, hidden_size: int = 128, layers: int = 2, seed: int = 0, extra_tokens: tuple[str, ...] = ()
+) -> str:
     """Write a random-init Qwen2 model + tokenizer to ``path`` (fp32, head_dim 64); return ``path``."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = build_byte_tokenizer()
+    tokenizer = build_byte_tokenizer(extra_tokens)
     vocab_size = ((len(tokenizer) + 63) // 64) * 64
     config = Qwen2Config(
         vocab_size=vocab_size,

@@ -14,6 +14,7 @@ Registered names (short, and distinct for the two papers called "GTPO"):
 from __future__ import annotations
 
 import logging
+import os
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +30,12 @@ try:
 except Exception:  # verl would hide this at DEBUG level
     logger.error("gtpo_verl: registering estimators/losses with verl failed", exc_info=True)
     raise
+
+
+if os.environ.get("GTPO_VERL_CPU") == "1":  # opt-in CPU mode, inherited by every Ray worker
+    from gtpo_verl.cpu import activate
+
+    activate()
 
 
 def check_registered() -> None:
