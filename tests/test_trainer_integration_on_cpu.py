@@ -154,7 +154,14 @@ def test_other_estimators_pass_through_untouched(transfer_queue):
     meta, direct = put_batch(transfer_queue, seed=2, prefix="grpo")
     metrics = {}
     make_trainer(config)._compute_advantage(meta, metrics)
-    assert not any(k.startswith("gtpo/") for k in metrics)
+    # only the entropy watch, computed on the same definition as for our estimators
+    assert {k for k in metrics if k.startswith("gtpo/")} == {
+        "gtpo/entropy/batch_mean", "gtpo/entropy/baseline", "gtpo/entropy/rise_ratio",
+        "gtpo/entropy/collapse_warning", "gtpo/entropy/warnings_total",
+    }
+    mask = direct["response_mask"].bool()
+    mask[-2:] = False  # padding rows do not count
+    assert metrics["gtpo/entropy/batch_mean"] == pytest.approx(float(direct["entropys"][mask].mean()), rel=1e-6)
     from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
     expected, _ = compute_grpo_outcome_advantage(direct["token_level_rewards"], direct["response_mask"], direct["index"])

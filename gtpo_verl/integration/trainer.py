@@ -75,6 +75,14 @@ def _padded(value: torch.Tensor) -> torch.Tensor:
     return value.to_padded_tensor(0) if getattr(value, "is_nested", False) else value
 
 
+def _mask_like(nested: torch.Tensor, padded: torch.Tensor) -> torch.Tensor:
+    """The right-padded response mask of a nested response-only field (from its lengths)."""
+    if not getattr(nested, "is_nested", False):
+        return torch.ones_like(padded, dtype=torch.int64)
+    lengths = nested.offsets().diff()
+    return (torch.arange(padded.shape[-1]).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.int64)
+
+
 class GTPOTrainerMixin:
     """Mix into a verl V1 ``PPOTrainer`` subclass: ``type("GTPO" + Base.__name__, (GTPOTrainerMixin, Base), {})``."""
 
@@ -106,8 +114,12 @@ class GTPOTrainerMixin:
 
     def _compute_advantage(self, batch, metrics: dict):
         estimator = str(self.config.algorithm.adv_estimator)
+        diagnostics = bool(self.config.get("gtpo", {}).get("diagnostics", True))
         if estimator not in ESTIMATOR_NAMES:
-            return super()._compute_advantage(batch, metrics)
+            batch = super()._compute_advantage(batch, metrics)
+            if diagnostics:  # baselines get the entropy watch too, so runs compare on one definition
+                self._gtpo_watch_entropy(batch, metrics)
+            return batch
         import transfer_queue as tq
 
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=list(ESTIMATOR_FIELDS))
@@ -115,16 +127,9 @@ class GTPOTrainerMixin:
         # so padding it gives the (B, T) layout verl's _compute_advantage builds for response_mask
         nested_entropy = data["entropy"]
         entropy = _padded(nested_entropy).to(torch.float32)
-        width = entropy.shape[-1]
-        lengths = nested_entropy.offsets().diff() if getattr(nested_entropy, "is_nested", False) else None
-        mask = (
-            (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.int64)
-            if lengths is not None
-            else torch.ones_like(entropy, dtype=torch.int64)
-        )
-        responses = _fit_width(_padded(data["responses"]), width)
+        mask = _mask_like(nested_entropy, entropy)
+        responses = _fit_width(_padded(data["responses"]), entropy.shape[-1])
         real_rows = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
-        diagnostics = bool(self.config.get("gtpo", {}).get("diagnostics", True))
 
         initial_entropy = self._gtpo_initial_entropy(estimator, entropy, mask, real_rows)
         with bind_estimator_inputs(
@@ -140,21 +145,35 @@ class GTPOTrainerMixin:
         if diagnostics:
             group_ids, num_groups = outputs["groups"]
             metrics.update(estimator_metrics(estimator, result, mask, real_rows, group_ids, num_groups))
-            valid = (mask > 0) & real_rows.unsqueeze(-1)
-            batch_mean = float(entropy[valid].mean()) if bool(valid.any()) else 0.0
-            watch_metrics = self.gtpo_entropy_watch.update(batch_mean)
-            if watch_metrics[PREFIX + "entropy/collapse_warning"]:
-                logger.warning(
-                    "gtpo: mean old-policy entropy %.4f is %.2fx its running baseline (threshold %.2fx): "
-                    "entropy is rising fast, which Paper A observes before a policy collapse.",
-                    batch_mean,
-                    watch_metrics[PREFIX + "entropy/rise_ratio"],
-                    self.gtpo_entropy_watch.ratio,
-                )
-            metrics.update(watch_metrics)
+            self._gtpo_update_watch(entropy, mask, real_rows, metrics)
             if self.gtpo_state.initial_entropy is not None:
                 metrics[PREFIX + "entropy/initial"] = float(self.gtpo_state.initial_entropy)
         return batch
+
+    def _gtpo_update_watch(self, entropy, mask, real_rows, metrics: dict) -> None:
+        """Token-mean old-policy entropy of the real rows → the entropy watch's metrics."""
+        valid = (mask > 0) & real_rows.unsqueeze(-1)
+        batch_mean = float(entropy[valid].mean()) if bool(valid.any()) else 0.0
+        watch_metrics = self.gtpo_entropy_watch.update(batch_mean)
+        if watch_metrics[PREFIX + "entropy/collapse_warning"]:
+            logger.warning(
+                "gtpo: mean old-policy entropy %.4f is %.2fx its running baseline (threshold %.2fx): "
+                "entropy is rising fast, which Paper A observes before a policy collapse.",
+                batch_mean,
+                watch_metrics[PREFIX + "entropy/rise_ratio"],
+                self.gtpo_entropy_watch.ratio,
+            )
+        metrics.update(watch_metrics)
+
+    def _gtpo_watch_entropy(self, batch, metrics: dict) -> None:
+        """The entropy watch for estimators that are not ours (one TQ read of ``entropy``)."""
+        import transfer_queue as tq
+
+        nested = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["entropy"])["entropy"]
+        entropy = _padded(nested).to(torch.float32)
+        mask = _mask_like(nested, entropy)
+        real_rows = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
+        self._gtpo_update_watch(entropy, mask, real_rows, metrics)
 
     def _gtpo_initial_entropy(self, estimator, entropy, mask, real_rows) -> Optional[float]:
         """⟨H⟩_ini for Paper A's gate: measured once, on the first batch, before any update."""
