@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from gtpo_verl.algorithms.groups import RowBlocks, group_sum, masked_product_
+from gtpo_verl.algorithms.groups import RowBlocks, group_sum, masked_product_, row_dot
 from gtpo_verl.algorithms.normalization import zscore_by_class_
 
 SEQUENCE_VARIANTS = ("base", "unified_v6")
@@ -175,12 +175,23 @@ def sequence_importance_ratio(
     Rows without valid tokens get ŵ = 1.
     """
     mask = response_mask.to(log_prob.dtype)
-    counts = mask.sum(-1)
-    log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return sequence_ratio_from_log_ratio_(log_prob - old_log_prob, mask, mask.sum(-1), mean=mean)
+
+
+def sequence_ratio_from_log_ratio_(
+    log_ratio: torch.Tensor, mask: torch.Tensor, counts: torch.Tensor, *, mean: str = "arithmetic"
+) -> torch.Tensor:
+    """``sequence_importance_ratio`` from log π_θ − log π_old ``(B, T)``, which it overwrites.
+
+    The clamp and exp run in place on ``log_ratio`` (autograd allows it: exp's backward needs
+    only its result), and the masked row sums are ``bmm`` row dots: no ``(B, T)`` temporary.
+    ``mask`` is float in ``log_ratio``'s dtype; ``counts`` its row sums.
+    """
+    log_ratio = log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     if mean == "arithmetic":
-        total = (torch.exp(log_ratio) * mask).sum(-1)
+        total = row_dot(log_ratio.exp_(), mask)
         return torch.where(counts > 0, total / counts.clamp_min(1), torch.ones_like(total))
-    return torch.exp((log_ratio * mask).sum(-1) / counts.clamp_min(1))
+    return torch.exp(row_dot(log_ratio, mask) / counts.clamp_min(1))
 
 
 def clipped_sequence_surrogate(

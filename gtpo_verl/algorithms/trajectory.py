@@ -319,6 +319,7 @@ def gtpo_traj_advantage(
     dtype = torch.float32 if entropy is None else torch.promote_types(entropy.dtype, torch.float32)
     device = response_mask.device
     group_ids = group_ids.to(device)
+    sequence_scores = sequence_scores.to(device)
     batch, width = response_mask.shape
     # One pass over the batch (CPU row blocks, see RowBlocks): the float mask goes straight into
     # the output buffer (scaled by the per-response coefficient at the end); its row sums, the

@@ -3,9 +3,10 @@
 verl's ``ppo_loss`` calls a registered loss per micro-batch in the actor worker with
 ``old_log_prob``, ``log_prob``, ``advantages``, ``response_mask``, ``loss_agg_mode``,
 ``config`` (the actor config) and ``rollout_is_weights``. The per-sequence loss is
-broadcast to the sequence's tokens and aggregated with verl's ``agg_loss`` and the global
-batch info, so the value and gradient are those of the whole mini-batch under any
-micro-batching or data parallelism. With ``seq-mean-token-mean`` (recommended) this is
+aggregated with verl's ``agg_loss`` and the global batch info (as a ``(B, 1)`` loss with the
+row token counts as mask, equivalent to broadcasting it to the sequence's tokens), so the
+value and gradient are those of the whole mini-batch under any micro-batching or data
+parallelism. With ``seq-mean-token-mean`` (recommended) this is
 exactly (1/G) Σ_i L_i.
 """
 
@@ -15,7 +16,8 @@ from typing import Any, Optional
 
 import torch
 
-from gtpo_verl.algorithms.sequence_shaping import clipped_sequence_surrogate, sequence_importance_ratio
+from gtpo_verl.algorithms.groups import row_dot
+from gtpo_verl.algorithms.sequence_shaping import clipped_sequence_surrogate, sequence_ratio_from_log_ratio_
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
@@ -56,22 +58,40 @@ def compute_policy_loss_grpo_s(
 
     mask = response_mask.to(log_prob.dtype)
     counts = mask.sum(-1)
-    seq_ratio = sequence_importance_ratio(log_prob, old_log_prob, mask, mean=ratio_mean)
-    seq_adv = (advantages.detach() * mask).sum(-1) / counts.clamp_min(1)
+    # log π_θ − log π_old once: its masked mean (unclamped, detached) is the ppo_kl metric,
+    # then the same buffer is clamped and exponentiated in place for ŵ_i
+    log_ratio = log_prob - old_log_prob
+    with torch.no_grad():
+        total_tokens = counts.sum()
+        ppo_kl = -torch.dot(log_ratio.detach().reshape(-1), mask.reshape(-1)) / total_tokens.clamp_min(1)
+    seq_ratio = sequence_ratio_from_log_ratio_(log_ratio, mask, counts, mean=ratio_mean)
+    seq_adv = row_dot(advantages.detach(), mask) / counts.clamp_min(1)
     seq_loss, seq_clipped = clipped_sequence_surrogate(seq_ratio, seq_adv, clip_low=clip_low, clip_high=clip_high)
 
-    loss_mat = seq_loss.unsqueeze(-1).expand_as(log_prob)
-    if rollout_is_weights is not None:
-        loss_mat = loss_mat * rollout_is_weights
-    global_batch_info = getattr(config, "global_batch_info", None) or {}
-    pg_loss = agg_loss(loss_mat=loss_mat, loss_mask=mask, loss_agg_mode=loss_agg_mode, **global_batch_info)
+    # verl's agg_loss sees loss_mat only through Σ_t loss_mat·mask per row, and the mask only
+    # through its row counts (and its width, the default horizon of seq-mean-token-sum-norm).
+    # L_i is constant along its row, so the (B, 1) pair (L_i · Σ_t w·mask / n_i, n_i) gives the
+    # same value and gradient in every loss_agg_mode without broadcasting L_i to (B, T).
+    if rollout_is_weights is None:
+        row_loss = seq_loss
+    else:
+        weight = row_dot(rollout_is_weights.to(mask.dtype), mask)
+        row_loss = seq_loss * torch.where(counts > 0, weight / counts.clamp_min(1), torch.zeros_like(weight))
+    global_batch_info = dict(getattr(config, "global_batch_info", None) or {})
+    if loss_agg_mode == "seq-mean-token-sum-norm" and global_batch_info.get("loss_scale_factor") is None:
+        global_batch_info["loss_scale_factor"] = response_mask.shape[-1]
+    pg_loss = agg_loss(
+        loss_mat=row_loss.unsqueeze(-1),
+        loss_mask=counts.unsqueeze(-1),
+        loss_agg_mode=loss_agg_mode,
+        **global_batch_info,
+    )
 
     has_tokens = (counts > 0).to(log_prob.dtype)
     with torch.no_grad():
-        log_ratio = (log_prob - old_log_prob).detach()
         metrics = {
             "actor/pg_clipfrac": _masked_mean(seq_clipped.to(log_prob.dtype), has_tokens),
-            "actor/ppo_kl": _masked_mean(-log_ratio, mask),
+            "actor/ppo_kl": float(ppo_kl) if total_tokens > 0 else 0.0,
             "actor/pg_clipfrac_lower": _masked_mean((seq_clipped & (seq_adv < 0)).to(log_prob.dtype), has_tokens),
             "actor/seq_ratio_mean": _masked_mean(seq_ratio.detach(), has_tokens),
         }
