@@ -19,7 +19,9 @@ Measurements (each a separate pass, so the timing runs stay clean):
    median over ``--repeats``; ratio = median / verl ``grpo`` median of the same run (for the two
    losses: / verl ``vanilla`` loss median).
 2. passes: one call under a ``TorchDispatchMode`` that records every non-view aten op touching a
-   tensor of >= B*T elements; "traversals" counts the full reads + writes of such tensors and
+   tensor of >= B*T elements, or a row block of one (counted as its fraction, so the blocks of
+   gtpo_verl's blocked CPU passes add up to whole passes); "traversals" counts the reads +
+   writes of such tensors and
    "traffic" their bytes in units of one (B, T) float32 tensor, next to the floor (each input
    read once, the output written once).
 3. where time goes: ``torch.profiler`` top aten ops (self time) and ``cProfile`` top package
@@ -31,12 +33,14 @@ Measurements (each a separate pass, so the timing runs stay clean):
    one (B, T) float32 tensor (B*T*4 bytes); the output itself counts (floor 1x).
 
 ``--check`` compares our estimators' (and the losses') outputs on ``--device`` with CPU outputs
-on one 64x16x1024 batch (``--device cpu`` runs the same code path against a copy of the batch).
+on one 64x16x1024 batch (``--device cpu`` runs the same code path against a copy of the batch,
+with 3-row CPU row blocks against the default ones).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import gc
 import json
@@ -473,11 +477,25 @@ def _dense_elements(t: torch.Tensor) -> int:
     return n
 
 
+def _big_fraction(t: torch.Tensor, threshold: int) -> float:
+    """``t``'s stored elements / threshold if it lives in a storage of >= threshold elements, else 0.
+
+    A full (B, T) tensor counts 1; a row block of one (gtpo_verl's CPU ``RowBlocks``) counts its
+    share, so the blocks of one blocked pass add up to one pass.
+    """
+    if t.untyped_storage().nbytes() < threshold * t.element_size():
+        return 0.0
+    return _dense_elements(t) / threshold
+
+
 class PassCounter:
     """TorchDispatchMode recording non-view aten ops that touch a tensor of >= ``threshold`` elements.
 
-    - ``big_ops``: ops with an input or output of >= threshold elements (one pass each);
-    - ``traversals``: full reads of such inputs + full writes of such outputs (in-place ops read
+    A "big" operand is a tensor whose storage holds >= threshold elements: a full (B, T) tensor
+    counts as one, a row block of one as its fraction (blocked passes add up to whole passes).
+
+    - ``big_ops``: ops with a big input or output (one pass each, a block op its largest fraction);
+    - ``traversals``: reads of big inputs + writes of big outputs (in-place ops read
       and write ``self``; gather/index/index_put-like ops touch only what they select and count
       no full traversal of their big operand; broadcast views count their stored elements);
     - ``traffic_units``: the bytes of those traversals / (threshold * 4), i.e. in (B, T) float32 tensors;
@@ -508,11 +526,12 @@ class PassCounter:
                 ins = [t for t in tree_leaves((args, {k: v for k, v in kwargs.items() if k != "out"}))
                        if isinstance(t, torch.Tensor)]
                 outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-                big_in = [] if name in _LIKE_FACTORIES else [t for t in ins if _dense_elements(t) >= counter.threshold]
-                big_out = [t for t in outs if t.numel() >= counter.threshold]
+                share = lambda t: _big_fraction(t, counter.threshold)  # noqa: E731
+                big_in = [] if name in _LIKE_FACTORIES else [t for t in ins if share(t) > 0]
+                big_out = [t for t in outs if share(t) > 0]
                 if not big_in and not big_out:
                     return out
-                counter.big_ops += 1
+                counter.big_ops += min(1.0, max(share(t) for t in big_in + big_out))
                 counter.op_counts[str(func)] += 1
                 if name in _SPARSE_ACCESS:
                     reads = []  # only the selected elements of the big operand are touched
@@ -525,10 +544,11 @@ class PassCounter:
                 # a big output whose storage is not one of the arguments' is a fresh allocation
                 arg_storages = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
                                 if isinstance(t, torch.Tensor)}
-                fresh = [t for t in big_out if t.untyped_storage().data_ptr() not in arg_storages]
+                fresh = [t for t in big_out
+                         if t.numel() >= counter.threshold and t.untyped_storage().data_ptr() not in arg_storages]
                 counter.big_allocs += len(fresh)
                 counter.alloc_bytes += sum(t.numel() * t.element_size() for t in fresh)
-                counter.traversals += len(reads) + len(writes)
+                counter.traversals += sum(min(1.0, share(t)) for t in reads) + sum(min(1.0, share(t)) for t in writes)
                 counter.traffic_bytes += sum(_dense_elements(t) * t.element_size() for t in reads)
                 counter.traffic_bytes += sum(t.numel() * t.element_size() for t in writes)
                 return out
@@ -537,8 +557,8 @@ class PassCounter:
 
     def result(self) -> dict[str, Any]:
         return {
-            "big_ops": self.big_ops,
-            "traversals": self.traversals,
+            "big_ops": round(self.big_ops, 1),
+            "traversals": round(self.traversals, 1),
             "traffic_units": round(self.traffic_bytes / (self.threshold * 4), 2),
             "big_allocs": self.big_allocs,
             "alloc_units": round(self.alloc_bytes / (self.threshold * 4), 2),
@@ -709,11 +729,26 @@ def memory_cuda(run: Callable[[], Any], numel: int, device: torch.device) -> dic
 # ----------------------------------------------------------------------------- equality check
 
 
+@contextlib.contextmanager
+def small_row_blocks(rows: int):
+    """Make gtpo_verl's CPU row blocks ``rows`` rows high (plus one element, so blocks are uneven)."""
+    from gtpo_verl.algorithms import groups
+
+    saved = groups.CPU_BLOCK_ELEMENTS
+    groups.CPU_BLOCK_ELEMENTS = rows * CHECK_SIZE[2] + 1
+    try:
+        yield
+    finally:
+        groups.CPU_BLOCK_ELEMENTS = saved
+
+
 def equality_check(device: torch.device, seed: int, log: Callable[[str], None]) -> dict[str, Any]:
     """Our estimators (and both losses) on ``device`` vs CPU on one CHECK_SIZE batch.
 
-    With ``--device cpu`` the second run uses a separate copy of the batch, so the same code
-    path (copy, run, bring back, compare) is exercised. Also checks no input was modified.
+    With ``--device cpu`` the second run uses a separate copy of the batch and 3-row CPU row
+    blocks (``groups.RowBlocks``) against the default ~64-row blocks of the reference run, so
+    the blocked code path is compared with a differently blocked one. Also checks no input
+    was modified.
     """
     reference_batch = make_batch(*CHECK_SIZE, seed=seed)
     pristine = {k: v.clone() for k, v in reference_batch.tensors().items()}
@@ -725,7 +760,8 @@ def equality_check(device: torch.device, seed: int, log: Callable[[str], None]) 
         row: dict[str, Any] = {"candidate": cand.name}
         try:
             expected = make_runner(cand, reference_batch)().detach().clone()
-            got = make_runner(cand, device_batch)()
+            with small_row_blocks(3) if device.type == "cpu" else contextlib.nullcontext():
+                got = make_runner(cand, device_batch)()
             synchronize(device)
             got = got.detach().to("cpu")
             row["device"] = str(device)
@@ -877,8 +913,8 @@ def to_markdown(results: dict[str, Any]) -> str:
             mem_txt = _fmt(mem, ".2f", "×") if mem is not None else ("error" if c.get("memory_error") else "—")
             lines.append(
                 f"| {c['name']} | {_fmt(c['median_ms'], '.2f')} | {_fmt(c.get('ratio'), '.2f', '×')} | {ref} | "
-                f"{mem_txt} | {_fmt(c.get('big_ops'), 'd')} | "
-                f"{_fmt(c.get('traversals'), 'd')} ({c['floor_traversals']}) | "
+                f"{mem_txt} | {_fmt(c.get('big_ops'), 'g')} | "
+                f"{_fmt(c.get('traversals'), 'g')} ({c['floor_traversals']}) | "
                 f"{_fmt(c.get('traffic_units'), '.1f')} ({c['floor_traffic_units']:.1f}) | "
                 f"{_fmt(c.get('big_allocs'), 'd')} ({_fmt(c.get('alloc_units'), '.1f')}) |"
             )
