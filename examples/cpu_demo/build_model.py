@@ -50,7 +50,7 @@ def warm_start(path: str, steps: int = 60, batch: int = 32, lr: float = 5e-3, se
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-        loss_value = float(loss)
+        loss_value = float(loss.detach())
     model.save_pretrained(path, safe_serialization=True)
     return loss_value
 

@@ -31,7 +31,7 @@ DAPO = [
     "actor_rollout_ref.actor.clip_ratio_low=0.2",
     "actor_rollout_ref.actor.clip_ratio_high=0.28",
     "actor_rollout_ref.actor.clip_ratio_c=10.0",
-    "algorithm.filter_groups.enable=true",
+    "algorithm.filter_groups.enable=" + os.environ.get("DEMO_DYNAMIC_SAMPLING", "false"),
     "algorithm.filter_groups.metric=acc",
     "algorithm.use_kl_in_reward=false",
     "actor_rollout_ref.actor.use_kl_loss=false",
@@ -116,7 +116,8 @@ def launch(name: str, overrides: list[str], log_path: str, metrics_path: str, ti
             rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout, cwd=ROOT).returncode
         except subprocess.TimeoutExpired:
             rc = 124
-    subprocess.run(["ray", "stop", "--force"], capture_output=True)  # never leave a cluster behind
+    ray = os.path.join(os.path.dirname(sys.executable), "ray")
+    subprocess.run([ray, "stop", "--force"], capture_output=True)  # never leave a cluster behind
     return rc, time.time() - start
 
 
@@ -159,7 +160,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--group", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=5e-3)
+    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--runs", default=",".join(RUNS))
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per launch")
     args = parser.parse_args()
