@@ -155,13 +155,15 @@ def gtpo_token_advantage(
     if column:
         # x_{i,t} / mean_{k in set_t} x_{k,t} = x_{i,t} · count_t / Σ_k x_{k,t} (S18: H / ΣH · d_t);
         # a column whose values all vanish gives each active member a share of 1 (Remark 2.1)
-        nonpositive = col_sum <= 0
-        share_table = col_count / col_sum.masked_fill_(nonpositive, 1.0)
-        share_table.masked_fill_(nonpositive, 0.0)
-        nonpositive[dummy] = False
-        uniform_columns = nonpositive.logical_and_(col_count > 0)
-        if bool(uniform_columns.any()):  # only columns whose entropies all vanish need this table
-            uniform_table = uniform_columns.to(dtype)
+        # In place on the (segments, T) tables (fresh tables cost page faults): count / sum is
+        # the share scale where sum > 0, ±inf where count > 0 = sum (uniform columns, marked −1),
+        # NaN where the column is empty (0). Sums ≤ 0 are all treated alike, as before.
+        share_table = col_count.div_(col_sum.clamp_min_(0.0)).nan_to_num_(nan=0.0, posinf=-1.0, neginf=-1.0)
+        members = share_table[:dummy]  # the last (dummy) segment has coefficient 0
+        if members.numel() and bool(members.amin() < 0):  # only all-zero-entropy columns need it
+            uniform_table = (share_table < 0).to(dtype)
+            uniform_table[dummy] = 0.0
+        share_table.clamp_min_(0.0)
     else:
         # row geometric mean GM_i = (Π_t (H_{i,t} + ε))^{1/|o_i|} (S20); GM_i(1/H) = 1/GM_i (S27)
         geo = torch.exp(log_sums / counts.clamp_min(1))
