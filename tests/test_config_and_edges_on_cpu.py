@@ -174,3 +174,17 @@ def test_gtpo_traj_without_its_extras_is_verl_grpo():
 def test_group_ids_accept_tensor_uids():
     ids, k = group_ids_from_uids(torch.tensor([5, 3, 5]))
     assert k == 2 and ids[0] == ids[2] != ids[1]
+
+
+def test_share_stats_follow_conservation():
+    """Column shares average exactly 1 over success tokens (Σ_{i∈O+_t} share = d_t, Eq. S18)."""
+    from gtpo_verl.algorithms.token_shaping import gtpo_token_advantage
+
+    rewards, mask, uids, entropy, _ = _batch(prompts=5, entropy_scale=2.0)
+    gid, k = group_ids_from_uids(uids)
+    out = gtpo_token_advantage(entropy, mask, rewards.sum(-1), gid, k, alpha1=0.9, alpha2=0.1, return_share_stats=True)
+    total, total_sq, largest = out.share_stats.tolist()
+    success_tokens = float(mask[out.success].sum())
+    assert total / success_tokens == pytest.approx(1.0, rel=1e-5)
+    assert total_sq / success_tokens >= 1.0 - 1e-5 and largest >= 1.0
+    assert gtpo_token_advantage(entropy, mask, rewards.sum(-1), gid, k, alpha1=0.9, alpha2=0.1).share_stats is None

@@ -968,7 +968,7 @@ def _outputs(kind, b, kw):
         res = call_seq(b, **kw)
     else:
         res = call_traj(b, **kw)
-    return dict(res._asdict())
+    return {k: v for k, v in res._asdict().items() if v is not None}  # optional fields not requested
 
 
 def _reference(kind, b, kw):
@@ -1205,6 +1205,8 @@ def _degenerate_batch(mixed_empty: bool, zero_entropy_everywhere: bool = False):
 def _finite_and_masked(res, mask):
     m = mask.numpy() == 0
     for name, v in res._asdict().items():
+        if v is None:  # optional diagnostics field (share_stats) not requested
+            continue
         a = _np(v)
         assert np.isfinite(a).all() if a.dtype.kind == "f" else True, f"{name} not finite: {a}"
         if a.ndim == 2:
