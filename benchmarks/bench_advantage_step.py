@@ -50,7 +50,7 @@ def main() -> None:
                 ],
             )
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     tq.init(config_for("grpo").transfer_queue)
 
     rows, width = args.prompts * args.group, args.length

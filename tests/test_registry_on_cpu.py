@@ -45,7 +45,7 @@ def test_disabled_plugins_fail_loudly_at_check():
 def test_registration_visible_inside_a_ray_actor():
     import ray
 
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
 
         @ray.remote(num_cpus=0)

@@ -40,7 +40,7 @@ def transfer_queue():
     import ray
     import transfer_queue as tq
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     tq.init(compose_config().transfer_queue)
     yield tq
     tq.close()

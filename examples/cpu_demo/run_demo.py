@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -112,12 +113,15 @@ def launch(name: str, overrides: list[str], log_path: str, metrics_path: str, ti
     with open(log_path, "w") as log:
         log.write(" ".join(cmd) + "\n")
         log.flush()
+        # its own session: on a timeout the driver and the local Ray cluster it started go together
+        # (not `ray stop`, which would also stop other Ray clusters on the machine)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
         try:
-            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout, cwd=ROOT).returncode
+            rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             rc = 124
-    ray = os.path.join(os.path.dirname(sys.executable), "ray")
-    subprocess.run([ray, "stop", "--force"], capture_output=True)  # never leave a cluster behind
     return rc, time.time() - start
 
 
