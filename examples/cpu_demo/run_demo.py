@@ -148,9 +148,11 @@ def draw(summary: dict, history: dict, path: str) -> None:
     fig, axes = plt.subplots(1, len(CURVES), figsize=(5 * len(CURVES), 3.6))
     for axis, (key, label) in zip(axes, CURVES.items()):
         for run, rows in history.items():
-            points = [(r["step"], r[key]) for r in rows if key in r]
+            # Paper A's reward is on a 0-20 scale: drawn ÷ 20 so the four runs share the axis
+            scale = 1 / 20 if key == "critic/score/mean" and run == "GTPO_TRAJ" else 1
+            points = [(r["step"], r[key] * scale) for r in rows if key in r]
             if points:
-                axis.plot(*zip(*points), marker="o", label=run)
+                axis.plot(*zip(*points), marker="o", label=run + (" (reward ÷ 20)" if scale != 1 else ""))
         axis.set_title(label)
         axis.set_xlabel("step")
     axes[0].legend()
