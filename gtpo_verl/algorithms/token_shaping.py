@@ -156,8 +156,9 @@ def gtpo_token_advantage(
         # x_{i,t} / mean_{k in set_t} x_{k,t} = x_{i,t} · count_t / Σ_k x_{k,t} (S18: H / ΣH · d_t);
         # a column whose values all vanish gives each active member a share of 1 (Remark 2.1)
         # In place on the (segments, T) tables (fresh tables cost page faults): count / sum is
-        # the share scale where sum > 0, ±inf where count > 0 = sum (uniform columns, marked −1),
-        # NaN where the column is empty (0). Sums ≤ 0 are all treated alike, as before.
+        # the share scale where sum > 0; ±inf where count > 0 but sum = 0 (uniform columns,
+        # marked −1); NaN where the column is empty (→ 0). Sums < 0 are clamped to 0 first, so
+        # every sum ≤ 0 is treated alike, as before.
         share_table = col_count.div_(col_sum.clamp_min_(0.0)).nan_to_num_(nan=0.0, posinf=-1.0, neginf=-1.0)
         members = share_table[:dummy]  # the last (dummy) segment has coefficient 0
         if members.numel() and bool(members.amin() < 0):  # only all-zero-entropy columns need it
