@@ -75,6 +75,11 @@ def _padded(value: torch.Tensor) -> torch.Tensor:
     return value.to_padded_tensor(0) if getattr(value, "is_nested", False) else value
 
 
+def _real_rows(batch) -> torch.Tensor:
+    """``(B,)`` bool: False for the synthetic padding rows verl's V1 trainer adds."""
+    return torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
+
+
 def _mask_like(nested: torch.Tensor, padded: torch.Tensor) -> torch.Tensor:
     """The right-padded response mask of a nested response-only field (from its lengths)."""
     if not getattr(nested, "is_nested", False):
@@ -129,7 +134,7 @@ class GTPOTrainerMixin:
         entropy = _padded(nested_entropy).to(torch.float32)
         mask = _mask_like(nested_entropy, entropy)
         responses = _fit_width(_padded(data["responses"]), entropy.shape[-1])
-        real_rows = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
+        real_rows = _real_rows(batch)
 
         initial_entropy = self._gtpo_initial_entropy(estimator, entropy, mask, real_rows)
         with bind_estimator_inputs(
@@ -172,7 +177,7 @@ class GTPOTrainerMixin:
         nested = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["entropy"])["entropy"]
         entropy = _padded(nested).to(torch.float32)
         mask = _mask_like(nested, entropy)
-        real_rows = torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
+        real_rows = _real_rows(batch)
         self._gtpo_update_watch(entropy, mask, real_rows, metrics)
 
     def _gtpo_initial_entropy(self, estimator, entropy, mask, real_rows) -> Optional[float]:
