@@ -17,7 +17,12 @@ from gtpo_verl.integration.estimators import ESTIMATORS
 @pytest.mark.parametrize(
     "block,match",
     [
-        ({"alpha1": 1.0, "alpha2": 0.1}, r"algorithm.gtpo_token.alpha1.*must be 1 for variant='base'.*unified_v6"),
+        (
+            {"alpha1": 1.0, "alpha2": 0.1, "variant": "clipped_len", "kappa": 3.0, "overlong_buffer_len": 4, "max_response_len": 10},
+            r"algorithm.gtpo_token.alpha1.*= 1.1 must be 1 for variant='clipped_len'.*lower clip bound",
+        ),
+        ({"alpha1": 0.0, "alpha2": 0.0}, r"algorithm.gtpo_token.alpha1.*both 0"),
+        ({"variant": "unified_v6", "alpha1": 1.0, "alpha2": 0.1}, r"variant=unified_v6.*needs.*negative_shaping=true"),
         ({"variant": "clipped_len", "kappa": 1.0, "overlong_buffer_len": 4, "max_response_len": 10}, r"kappa=1.0.*> 1"),
         ({"variant": "clipped_len", "kappa": 20.0, "overlong_buffer_len": 4, "max_response_len": 10}, r"κ ≤ α1/α2 = 9"),
         ({"variant": "clipped_len", "kappa": 3.0, "overlong_buffer_len": 10, "max_response_len": 4}, r"overlong_buffer_len"),
@@ -34,8 +39,10 @@ def test_gtpo_token_config_errors(block, match):
 
 def test_valid_token_configs():
     assert GTPOTokenConfig.from_algorithm_config(None).alpha1 == 0.9
-    v6 = GTPOTokenConfig.from_dict({"variant": "unified_v6", "alpha1": 1.0, "alpha2": 0.1})
+    v6 = GTPOTokenConfig.from_dict({"variant": "unified_v6", "alpha1": 1.0, "alpha2": 0.1, "negative_shaping": True})
     assert v6.alpha1 + v6.alpha2 == pytest.approx(1.1)
+    one_weight = GTPOTokenConfig.from_dict({"alpha1": 1.0, "alpha2": 0.1})  # the seed text's r_i + α·share
+    assert (one_weight.variant, one_weight.alpha1, one_weight.alpha2) == ("base", 1.0, 0.1)
     GTPOTokenConfig.from_dict({"variant": "clipped_len", "kappa": 9.0, "overlong_buffer_len": 4096, "max_response_len": 20480})
 
 
@@ -44,6 +51,10 @@ def test_valid_token_configs():
     [
         (GRPOSConfig, {"negative_share": "harmonic"}, "grpo_s.negative_share"),
         (GRPOSConfig, {"beta2": float("nan")}, "grpo_s.beta2"),
+        (GRPOSConfig, {"success_share": "harmonic"}, "grpo_s.success_share"),
+        (GRPOSConfig, {"sequence_entropy": "median"}, "grpo_s.sequence_entropy"),
+        (GRPOSConfig, {"beta1": 0.0, "beta2": 0.0}, r"grpo_s.beta1.*both 0"),
+        (GRPOSConfig, {"variant": "unified_v6", "beta1": 1.0}, r"grpo_s.variant=unified_v6.*needs.*grpo_s.negative_shaping=true"),
         (GTPOTrajConfig, {"preset": "unsloth"}, r"gtpo_traj.preset='unsloth'.*official"),
         (GTPOTrajConfig, {"gamma": -1.0}, r"gtpo_traj.gamma=-1.0.*set 0 to disable"),
         (GTPOTrajConfig, {"overlap": "max"}, "gtpo_traj.overlap"),

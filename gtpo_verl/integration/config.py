@@ -1,7 +1,11 @@
-"""Config blocks ``algorithm.gtpo_token``, ``algorithm.grpo_s`` and ``algorithm.gtpo_traj``
-(the ``grpo_s`` loss's config is in ``loss_config.py``). Every knob of ALGORITHMS.md is a field here; docs/config.md
-lists them. Values are checked when a block is read (start-up validation calls the same
-code), and every error names the full key, the bad value and the fix.
+"""Typed config blocks: ``algorithm.gtpo_token``, ``algorithm.grpo_s``, ``algorithm.gtpo_traj``
+and the trainer integration's ``gtpo`` block (the ``grpo_s`` loss's knob is in ``loss_config.py``).
+
+These dataclasses are the single source of every default. ``gtpo_base.yaml``, the tables of
+docs/config.md and the keyword defaults of the pure functions are checked against them
+(tests/test_config_defaults_on_cpu.py), and ``function_kwargs`` is derived from the fields.
+Config is read one way: ``select`` finds a node, ``<Block>.from_config`` / ``from_dict`` build
+and validate it; every error names the full key, the bad value and the fix.
 
 No verl import here: this module is imported by the plugin while ``import verl`` runs.
 """
@@ -10,20 +14,29 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
-from gtpo_verl.algorithms.normalization import ADV_NORM_MODES
-from gtpo_verl.algorithms.sequence_shaping import NEGATIVE_SHARES, SEQUENCE_VARIANTS
-from gtpo_verl.algorithms.token_shaping import (
+from gtpo_verl.algorithms.choices import (
+    ADV_NORM_MODES,
+    DIVISOR_MODES,
+    ENTROPY_FILTER_SCOPES,
+    ENTROPY_REG_MODES,
     ENTROPY_SHARES,
     LENGTH_DENOMINATORS,
+    NEGATIVE_SHARES,
+    OVERLAP_MODES,
+    SEQUENCE_ENTROPY_MEANS,
+    SEQUENCE_VARIANTS,
+    SUCCESS_SHARES,
     TOKEN_VARIANTS,
+    TRAJ_PRESET_NAMES,
     UNIFORM_GROUP_MODES,
 )
-from gtpo_verl.algorithms.trajectory import DIVISOR_MODES, ENTROPY_REG_MODES, LN2, OVERLAP_MODES
 
-# α1 + α2 = 1 is checked to this tolerance (conservation, Proposition 2.2).
+from gtpo_verl.algorithms.trajectory import LN2
+
+# α1 + α2 = 1 is checked to this tolerance (clipped_len's lower clip bound 1 assumes it).
 _SUM_TOLERANCE = 1e-6
 
 
@@ -40,8 +53,25 @@ def _to_dict(block: Any) -> dict[str, Any]:
     except ImportError:  # pragma: no cover - omegaconf ships with verl
         pass
     if dataclasses.is_dataclass(block):
-        return dataclasses.asdict(block)
+        return {f.name: getattr(block, f.name) for f in dataclasses.fields(block)}
     raise TypeError(f"cannot read a config block of type {type(block).__name__}")
+
+
+def select(config: Any, dotted: str, default: Any = None) -> Any:
+    """The node at ``dotted`` (``"a.b.c"``) of a DictConfig, dict or attribute object.
+
+    Returns ``default`` where a level is missing or the value is None. The one way this
+    package reads a composed config.
+    """
+    node = config
+    for part in dotted.split("."):
+        if node is None:
+            return default
+        if isinstance(node, dict) or hasattr(node, "get"):
+            node = node.get(part, None)
+        else:
+            node = getattr(node, part, None)
+    return default if node is None else node
 
 
 def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -56,49 +86,87 @@ def _at_least(key: str, value: float, low: float, fix: str, strict: bool = False
         raise ValueError(f"`{key}={value}` must be finite and {rel} {low}; {fix}")
 
 
-class _Block:
-    """Shared reading of a ``algorithm.<name>`` block with unknown-key detection."""
+def _sub_block(f: dataclasses.Field) -> Optional[type]:
+    """The block class of a nested field (declared with ``default_factory=<Block>``), else None."""
+    factory = f.default_factory
+    if isinstance(factory, type) and issubclass(factory, _Block):
+        return factory
+    return None
 
-    block_name: ClassVar[str]
+
+class _Block:
+    """A typed config block at ``path``: unknown keys are refused, nested blocks are typed too.
+
+    A new sub-block is one field: ``audit: AuditConfig = field(default_factory=AuditConfig)``
+    with ``AuditConfig.path = "gtpo.audit"``.
+    """
+
+    path: ClassVar[str]
+    # fields that configure the block but are not keyword arguments of its pure function
+    config_only: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_config(cls, config: Any):
+        """Read and validate the block from the composed trainer config (missing → defaults)."""
+        return cls.from_dict(_to_dict(select(config, cls.path)))
 
     @classmethod
     def from_algorithm_config(cls, algorithm_config: Any):
-        """Read and validate ``algorithm.<block_name>`` (missing block → defaults)."""
-        block = None
-        if algorithm_config is not None:
-            getter = getattr(algorithm_config, "get", None)
-            block = getter(cls.block_name, None) if getter else getattr(algorithm_config, cls.block_name, None)
-        return cls.from_dict(_to_dict(block))
+        """Read ``algorithm.<name>`` from the ``algorithm`` node (what verl hands an estimator)."""
+        prefix, _, name = cls.path.partition(".")
+        assert prefix == "algorithm", cls.path
+        return cls.from_dict(_to_dict(select(algorithm_config, name)))
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]):
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(fields))
         if unknown:
             raise ValueError(
-                f"unknown key(s) {['algorithm.' + cls.block_name + '.' + k for k in unknown]}; "
-                f"valid keys of algorithm.{cls.block_name}: {sorted(known)}"
+                f"unknown key(s) {[cls.path + '.' + k for k in unknown]}; valid keys of {cls.path}: {sorted(fields)}"
             )
-        return cls(**values)
+        kwargs = {}
+        for name, value in values.items():
+            sub = _sub_block(fields[name])
+            kwargs[name] = sub.from_dict(_to_dict(value)) if sub is not None else value
+        return cls(**kwargs)
 
     def key(self, name: str) -> str:
-        return f"algorithm.{self.block_name}.{name}"
+        return f"{self.path}.{name}"
+
+    def function_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the block's pure function: every field but ``config_only``."""
+        return {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in self.config_only
+        }
+
+
+def _check_v6_failure_shaping(block: _Block, weight: str) -> None:
+    if block.variant == "unified_v6" and not block.negative_shaping:
+        raise ValueError(
+            f"`{block.key('variant')}=unified_v6` needs `{block.key('negative_shaping')}=true`: v6 gives failures "
+            f"−{weight}1 − {weight}2·share (docs/spec.md B.6, B.7); without the shaping every failure would get the "
+            f"constant −{weight}1. Set {block.key('negative_shaping')}=true."
+        )
 
 
 @dataclass(frozen=True)
 class GTPOTokenConfig(_Block):
-    """``algorithm.gtpo_token``: Paper B token-level shaping (GTPO), arXiv:2508.04349 Eq. (S18)-(S30)."""
+    """``algorithm.gtpo_token``: Paper B token-level shaping (GTPO), arXiv:2508.04349 Eq. (S18)-(S30).
 
-    block_name: ClassVar[str] = "gtpo_token"
+    The keyword arguments of ``gtpo_token_advantage``; formulas in docs/spec.md B.2-B.6.
+    """
+
+    path: ClassVar[str] = "algorithm.gtpo_token"
 
     alpha1: float = 0.9
     """α1, weight of the outcome reward r_i (S18)."""
     alpha2: float = 0.1
     """α2, weight of the entropy bonus H_{i,t}/ΣH·d_t (S18)."""
     variant: str = "base"
-    """``base`` (S18, α1+α2=1), ``clipped_len`` (S23-S25: clipped bonus + length penalty), ``unified_v6`` (v6 Eq. 3/5)."""
+    """``base`` (S18), ``clipped_len`` (S23-S25: clipped bonus + length penalty, α1+α2=1), ``unified_v6`` (v6 Eq. 3/5)."""
     negative_shaping: bool = False
-    """GTPO₂: failed tokens get −(1/H)/Σ(1/H)·h_t (S26-S30); in ``unified_v6`` the −α2·share term."""
+    """GTPO₂: failed tokens get −(1/H)/Σ(1/H)·h_t (S26-S30); ``unified_v6`` requires it (its −α2·share term)."""
     entropy_share: str = "column"
     """``column``: share across the group at step t (S18, S26); ``geometric``: within the row (S20, S27)."""
     adv_norm: str = "two_zero_filled"
@@ -129,13 +197,19 @@ class GTPOTokenConfig(_Block):
         _at_least(self.key("alpha1"), self.alpha1, 0.0, "set a non-negative outcome weight.")
         _at_least(self.key("alpha2"), self.alpha2, 0.0, "set 0 to disable entropy shaping.")
         _at_least(self.key("epsilon"), self.epsilon, 0.0, "use e.g. 1e-6.", strict=True)
-        if self.variant in ("base", "clipped_len") and abs(self.alpha1 + self.alpha2 - 1.0) > _SUM_TOLERANCE:
+        if self.alpha1 + self.alpha2 <= 0.0:
             raise ValueError(
-                f"`{self.key('alpha1')}` + `{self.key('alpha2')}` = {self.alpha1 + self.alpha2:g} must be 1 for "
-                f"variant={self.variant!r} (Eq. S18: Σ_i r̃_i,t = d_t); e.g. alpha1=0.9 alpha2=0.1, "
-                "or use variant=unified_v6 for the v6 weights alpha1=1.0 alpha2=0.1."
+                f"`{self.key('alpha1')}` and `{self.key('alpha2')}` are both 0: every token reward would be 0. "
+                "Use e.g. alpha1=0.9 alpha2=0.1."
             )
+        _check_v6_failure_shaping(self, "α")
         if self.variant == "clipped_len":
+            if abs(self.alpha1 + self.alpha2 - 1.0) > _SUM_TOLERANCE:
+                raise ValueError(
+                    f"`{self.key('alpha1')}` + `{self.key('alpha2')}` = {self.alpha1 + self.alpha2:g} must be 1 for "
+                    "variant='clipped_len': its lower clip bound 1 is the mean success reward only when α1+α2 = 1 "
+                    "(Eq. S24, docs/spec.md B.4). Use e.g. alpha1=0.9 alpha2=0.1."
+                )
             if self.kappa is None or not self.kappa > 1.0:
                 raise ValueError(f"`{self.key('kappa')}={self.kappa}` must be > 1 for variant=clipped_len (Eq. S24).")
             if self.alpha1 * (1.0 + 1.0 / self.kappa) < 1.0 - _SUM_TOLERANCE:
@@ -151,42 +225,30 @@ class GTPOTokenConfig(_Block):
                     f"`{self.key('max_response_len')}` (L2={l2}), e.g. 4096 and 20480 as in DAPO."
                 )
 
-    def function_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``gtpo_token_advantage``."""
-        return dict(
-            alpha1=self.alpha1,
-            alpha2=self.alpha2,
-            success_threshold=self.success_threshold,
-            negative_shaping=self.negative_shaping,
-            variant=self.variant,
-            entropy_share=self.entropy_share,
-            adv_norm=self.adv_norm,
-            kappa=self.kappa,
-            overlong_buffer_len=self.overlong_buffer_len,
-            max_response_len=self.max_response_len,
-            length_penalty_denominator=self.length_penalty_denominator,
-            uniform_outcome_groups=self.uniform_outcome_groups,
-            std_unbiased=self.std_unbiased,
-            epsilon=self.epsilon,
-        )
-
 
 @dataclass(frozen=True)
 class GRPOSConfig(_Block):
-    """``algorithm.grpo_s``: Paper B sequence-level shaping (GRPO-S), arXiv:2508.04349 Eq. (S31)-(S38)."""
+    """``algorithm.grpo_s``: Paper B sequence-level shaping (GRPO-S), arXiv:2508.04349 Eq. (S31)-(S38).
 
-    block_name: ClassVar[str] = "grpo_s"
+    The keyword arguments of ``grpo_s_advantage``; formulas in docs/spec.md B.7.
+    """
+
+    path: ClassVar[str] = "algorithm.grpo_s"
 
     beta1: float = 0.9
     """β1, weight of the outcome reward r_i (S31)."""
     beta2: float = 0.1
     """β2, weight of the mean-entropy bonus Ĥ_i/ΣĤ·n (S31)."""
     variant: str = "base"
-    """``base`` (v1: failures get 0) or ``unified_v6`` (failures get −β1, App. B/C)."""
+    """``base`` (v1: failures get 0) or ``unified_v6`` (failures get −β1 − β2·share, App. C)."""
     negative_shaping: bool = False
-    """GRPO-S₂: failures get −(1/Ĥ_j)/Σ(1/Ĥ)·m (S36-S38); in ``unified_v6`` the −β2·share term."""
+    """GRPO-S₂: failures get −(1/Ĥ_j)/Σ(1/Ĥ)·m (S36-S38); ``unified_v6`` requires it (its −β2·share term)."""
     negative_share: str = "arithmetic"
-    """Failure share: ``arithmetic`` (S36) or ``geometric`` mean of 1/Ĥ over O− (App. C)."""
+    """Failure share: 1/Ĥ_j over the ``arithmetic`` (S36) or ``geometric`` mean of 1/Ĥ over O− (App. C)."""
+    success_share: str = "arithmetic"
+    """Success share: Ĥ_i over the ``arithmetic`` (S31) or ``geometric`` mean of Ĥ over O+."""
+    sequence_entropy: str = "arithmetic"
+    """Ĥ_i as the ``arithmetic`` (S32) or ``geometric`` mean of the response's token entropies."""
     adv_norm: str = "two_zero_filled"
     """Normalisation sets when failures have a shaped reward: two_zero_filled | single_combined | per_class."""
     success_threshold: float = 0.0
@@ -201,37 +263,30 @@ class GRPOSConfig(_Block):
     def __post_init__(self):
         _choice(self.key("variant"), self.variant, SEQUENCE_VARIANTS)
         _choice(self.key("negative_share"), self.negative_share, NEGATIVE_SHARES)
+        _choice(self.key("success_share"), self.success_share, SUCCESS_SHARES)
+        _choice(self.key("sequence_entropy"), self.sequence_entropy, SEQUENCE_ENTROPY_MEANS)
         _choice(self.key("adv_norm"), self.adv_norm, ADV_NORM_MODES)
         _choice(self.key("uniform_outcome_groups"), self.uniform_outcome_groups, UNIFORM_GROUP_MODES)
         _at_least(self.key("beta1"), self.beta1, 0.0, "set a non-negative outcome weight.")
         _at_least(self.key("beta2"), self.beta2, 0.0, "set 0 to disable entropy shaping.")
         _at_least(self.key("epsilon"), self.epsilon, 0.0, "use e.g. 1e-6.", strict=True)
-
-    def function_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``grpo_s_advantage``."""
-        return dict(
-            beta1=self.beta1,
-            beta2=self.beta2,
-            success_threshold=self.success_threshold,
-            negative_shaping=self.negative_shaping,
-            variant=self.variant,
-            negative_share=self.negative_share,
-            adv_norm=self.adv_norm,
-            uniform_outcome_groups=self.uniform_outcome_groups,
-            std_unbiased=self.std_unbiased,
-            epsilon=self.epsilon,
-        )
+        if self.beta1 + self.beta2 <= 0.0:
+            raise ValueError(
+                f"`{self.key('beta1')}` and `{self.key('beta2')}` are both 0: every sequence reward would be 0. "
+                "Use e.g. beta1=0.9 beta2=0.1."
+            )
+        _check_v6_failure_shaping(self, "β")
 
 
 TRAJ_PRESETS: dict[str, dict[str, Any]] = {
-    # winstonsmith1897/GTPO gtpo/gtpo_training.py (ALGORITHMS.md §A.3-A.8, [CODE])
+    # the released code, github.com/winstonsmith1897/GTPO @ df35bd3 (docs/spec.md A.8)
     "official": dict(
         overlap="product", divisor="code", entropy_threshold=0.7, norm_adv_by_std=False, ini_entropy_gate=False
     ),
     # the paper text read literally: λ ∈ {0,1,2}, no divisor, ln 2, GRPO's Â_i, ⟨H⟩_ini gate
     "paper": dict(overlap="union", divisor="none", entropy_threshold=LN2, norm_adv_by_std=True, ini_entropy_gate=True),
 }
-ENTROPY_FILTER_SCOPES = ("all", "neg_only", "none")
+assert tuple(TRAJ_PRESETS) == TRAJ_PRESET_NAMES
 
 
 @dataclass(frozen=True)
@@ -239,9 +294,11 @@ class GTPOTrajConfig(_Block):
     """``algorithm.gtpo_traj``: Paper A (GTPO, trajectory), arXiv:2508.03772.
 
     Keys left ``null`` take the value of ``preset``; set them to override one choice.
+    Formulas in docs/spec.md A.1-A.8.
     """
 
-    block_name: ClassVar[str] = "gtpo_traj"
+    path: ClassVar[str] = "algorithm.gtpo_traj"
+    config_only: ClassVar[tuple[str, ...]] = ("preset", "ini_entropy_gate")
 
     preset: str = "official"
     """``official`` (the released code) or ``paper`` (the literal paper text); fills the null keys below."""
@@ -269,7 +326,7 @@ class GTPOTrajConfig(_Block):
     """ε of the std normalisation."""
 
     def __post_init__(self):
-        _choice(self.key("preset"), self.preset, tuple(TRAJ_PRESETS))
+        _choice(self.key("preset"), self.preset, TRAJ_PRESET_NAMES)
         _choice(self.key("entropy_filter_scope"), self.entropy_filter_scope, ENTROPY_FILTER_SCOPES)
         _choice(self.key("entropy_reg_mode"), self.entropy_reg_mode, ENTROPY_REG_MODES)
         _at_least(self.key("gamma"), self.gamma, 0.0, "set 0 to disable the entropy regulariser.")
@@ -301,18 +358,53 @@ class GTPOTrajConfig(_Block):
         filtering = self.entropy_filter_scope != "none"
         if self.initial_entropy is not None:
             initial_entropy = self.initial_entropy
-        return dict(
-            gamma=self.gamma,
+        kwargs = super().function_kwargs()
+        kwargs.update(
             entropy_threshold=choices["entropy_threshold"] if filtering else None,
-            conflict_weight=self.conflict_weight,
             overlap=choices["overlap"],
             divisor=choices["divisor"],
             norm_adv_by_std=bool(choices["norm_adv_by_std"]),
-            entropy_filter_scope="all" if not filtering else self.entropy_filter_scope,
+            entropy_filter_scope=self.entropy_filter_scope if filtering else "all",
             initial_entropy=initial_entropy if choices["ini_entropy_gate"] else None,
-            entropy_reg_mode=self.entropy_reg_mode,
-            epsilon=self.epsilon,
         )
+        return kwargs
 
 
-ESTIMATOR_CONFIGS = {cls.block_name: cls for cls in (GTPOTokenConfig, GRPOSConfig, GTPOTrajConfig)}
+ESTIMATOR_CONFIGS = {cls.path.split(".")[-1]: cls for cls in (GTPOTokenConfig, GRPOSConfig, GTPOTrajConfig)}
+
+
+# ----------------------------------------------------------------------------- gtpo.*
+@dataclass(frozen=True)
+class EntropyWarningConfig(_Block):
+    """``gtpo.entropy_warning``: the entropy watch (docs/metrics.md, ``gtpo/entropy/*``)."""
+
+    path: ClassVar[str] = "gtpo.entropy_warning"
+
+    ratio: float = 1.5
+    """Warn when the batch mean entropy exceeds ratio × its running baseline."""
+    momentum: float = 0.9
+    """EMA momentum of the baseline."""
+    warmup_steps: int = 3
+    """Steps that only build the baseline."""
+
+    def __post_init__(self):
+        _at_least(self.key("ratio"), self.ratio, 1.0, "e.g. 1.5 (warn at a 50% rise).", strict=True)
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"`{self.key('momentum')}={self.momentum}` must be in [0, 1); e.g. 0.9.")
+        _at_least(self.key("warmup_steps"), self.warmup_steps, 0, "e.g. 3.")
+
+
+@dataclass(frozen=True)
+class GTPOSettings(_Block):
+    """``gtpo``: the trainer integration's own knobs (not algorithm choices)."""
+
+    path: ClassVar[str] = "gtpo"
+
+    diagnostics: bool = True
+    """Compute the ``gtpo/*`` metrics each step (from tensors already at hand)."""
+    entropy_warning: EntropyWarningConfig = field(default_factory=EntropyWarningConfig)
+    """The entropy watch."""
+
+
+CONFIG_BLOCKS = (GTPOTokenConfig, GRPOSConfig, GTPOTrajConfig, GTPOSettings)
+"""Every typed block (nested sub-blocks are reached through their parent)."""

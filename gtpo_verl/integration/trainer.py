@@ -24,7 +24,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from gtpo_verl.integration.config import GTPOTrajConfig
+from gtpo_verl.integration.config import GTPOSettings, GTPOTrajConfig
 from gtpo_verl.integration.context import bind_estimator_inputs
 from gtpo_verl.integration.diagnostics import PREFIX, EntropyWatch, estimator_metrics
 from gtpo_verl.integration.registry import ESTIMATOR_NAMES, check_registered
@@ -101,12 +101,8 @@ class GTPOTrainerMixin:
     @property
     def gtpo_entropy_watch(self) -> EntropyWatch:
         if not hasattr(self, "_gtpo_entropy_watch"):
-            knobs = self.config.get("gtpo", {}).get("entropy_warning", {}) or {}
-            watch = EntropyWatch(
-                ratio=float(knobs.get("ratio", 1.5)),
-                momentum=float(knobs.get("momentum", 0.9)),
-                warmup_steps=int(knobs.get("warmup_steps", 3)),
-            )
+            knobs = GTPOSettings.from_config(self.config).entropy_warning
+            watch = EntropyWatch(ratio=knobs.ratio, momentum=knobs.momentum, warmup_steps=knobs.warmup_steps)
             if self.gtpo_state.entropy_watch:
                 watch.load_state_dict(self.gtpo_state.entropy_watch)
             self._gtpo_entropy_watch = watch
@@ -119,7 +115,7 @@ class GTPOTrainerMixin:
 
     def _compute_advantage(self, batch, metrics: dict):
         estimator = str(self.config.algorithm.adv_estimator)
-        diagnostics = bool(self.config.get("gtpo", {}).get("diagnostics", True))
+        diagnostics = GTPOSettings.from_config(self.config).diagnostics
         if estimator not in ESTIMATOR_NAMES:
             batch = super()._compute_advantage(batch, metrics)
             if diagnostics:  # baselines get the entropy watch too, so runs compare on one definition

@@ -11,16 +11,18 @@ import logging
 import warnings
 from typing import Any
 
-from gtpo_verl.integration.config import ESTIMATOR_CONFIGS, GTPOTokenConfig, GTPOTrajConfig
+from gtpo_verl.integration.config import CONFIG_BLOCKS, ESTIMATOR_CONFIGS, GTPOTokenConfig, GTPOTrajConfig, select
 
 logger = logging.getLogger(__name__)
 
-# Aggregation each method is written for (docs/algorithms.md).
+# Aggregation each method is written for (docs/spec.md).
 RECOMMENDED_LOSS_AGG = {
     "gtpo_token": "token-mean",  # Eq. (S22): DAPO's token-level surrogate
     "grpo_s": "seq-mean-token-mean",  # Eq. (S34): (1/G) Σ_i over sequences
-    "gtpo_traj": "seq-mean-token-mean",  # README objective: (1/G) Σ_i 1/|o_i| Σ_t
+    "gtpo_traj": "seq-mean-token-mean",  # official README objective: (1/G) Σ_i 1/|o_i| Σ_t (spec A.6)
 }
+# Fewer first-batch responses than this make a noisy ⟨H⟩_ini for Paper A's gate (docs/spec.md A.4).
+MIN_INITIAL_ENTROPY_RESPONSES = 64
 
 
 class GTPOConfigWarning(UserWarning):
@@ -32,16 +34,6 @@ def _warn(message: str) -> None:
     warnings.warn(message, GTPOConfigWarning, stacklevel=3)
 
 
-def _get(config: Any, dotted: str, default: Any = None) -> Any:
-    node = config
-    for part in dotted.split("."):
-        if node is None:
-            return default
-        getter = getattr(node, "get", None)
-        node = getter(part, None) if getter else getattr(node, part, None)
-    return default if node is None else node
-
-
 def validate_gtpo_config(config: Any) -> list[str]:
     """Check a composed trainer config; raise on incompatible settings, return the warnings given."""
     given: list[str] = []
@@ -50,19 +42,19 @@ def validate_gtpo_config(config: Any) -> list[str]:
         given.append(message)
         _warn(message)
 
-    estimator = str(_get(config, "algorithm.adv_estimator", ""))
-    loss_mode = str(_get(config, "actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla"))
+    estimator = str(select(config, "algorithm.adv_estimator", ""))
+    loss_mode = str(select(config, "actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla"))
     ours = estimator in ESTIMATOR_CONFIGS
 
-    if not bool(_get(config, "trainer.use_v1", True)):
+    if not bool(select(config, "trainer.use_v1", True)):
         raise ValueError(
             "`trainer.use_v1=false` (verl's deprecated V0 trainer) is not supported by gtpo_verl: its fit() pops the "
             "old-policy entropy our estimators need and has no DAPO dynamic sampling. Set trainer.use_v1=true."
         )
-    for block_cls in ESTIMATOR_CONFIGS.values():  # every block must parse, used or not
-        block_cls.from_algorithm_config(_get(config, "algorithm"))
+    for block_cls in CONFIG_BLOCKS:  # every block must parse, used or not
+        block_cls.from_config(config)
 
-    if ours and bool(_get(config, "algorithm.rollout_correction.bypass_mode", False)):
+    if ours and bool(select(config, "algorithm.rollout_correction.bypass_mode", False)):
         raise ValueError(
             f"`algorithm.adv_estimator={estimator}` needs old-policy entropy, which verl does not compute when "
             "`algorithm.rollout_correction.bypass_mode=true` (the old-log-prob pass is skipped). "
@@ -80,8 +72,8 @@ def validate_gtpo_config(config: Any) -> list[str]:
         )
 
     if estimator == "gtpo_token":
-        token = GTPOTokenConfig.from_algorithm_config(_get(config, "algorithm"))
-        overlong = bool(_get(config, "reward.reward_kwargs.overlong_buffer_cfg.enable", False))
+        token = GTPOTokenConfig.from_config(config)
+        overlong = bool(select(config, "reward.reward_kwargs.overlong_buffer_cfg.enable", False))
         if token.variant == "clipped_len" and overlong:
             raise ValueError(
                 "`algorithm.gtpo_token.variant=clipped_len` computes the length penalty R(i) itself (Eq. S23) and "
@@ -90,19 +82,30 @@ def validate_gtpo_config(config: Any) -> list[str]:
             )
 
     if estimator == "gtpo_traj":
-        traj = GTPOTrajConfig.from_algorithm_config(_get(config, "algorithm"))
-        if bool(_get(config, "actor_rollout_ref.actor.use_kl_loss", False)) or bool(
-            _get(config, "algorithm.use_kl_in_reward", False)
+        traj = GTPOTrajConfig.from_config(config)
+        if bool(select(config, "actor_rollout_ref.actor.use_kl_loss", False)) or bool(
+            select(config, "algorithm.use_kl_in_reward", False)
         ):
             warn(
-                "gtpo_traj is KL-free (no reference model, ALGORITHMS.md §A.6) but use_kl_loss or use_kl_in_reward "
+                "gtpo_traj is KL-free (no reference model, docs/spec.md A.6) but use_kl_loss or use_kl_in_reward "
                 "is on; set actor_rollout_ref.actor.use_kl_loss=false algorithm.use_kl_in_reward=false."
             )
         if traj.entropy_reg_mode == "differentiable":
             _configure_differentiable_entropy(config, traj)
+        if traj.resolved_choices()["ini_entropy_gate"] and traj.initial_entropy is None:
+            prompts = int(select(config, "data.train_batch_size", 0))
+            responses = prompts * int(select(config, "actor_rollout_ref.rollout.n", 1))
+            if 0 < responses < MIN_INITIAL_ENTROPY_RESPONSES:
+                warn(
+                    f"`algorithm.gtpo_traj.ini_entropy_gate` is on and ⟨H⟩_ini will be measured on the first batch, "
+                    f"which has only {prompts} prompt(s) × {responses // max(prompts, 1)} responses = {responses} "
+                    f"(< {MIN_INITIAL_ENTROPY_RESPONSES}): the gate decides δ for the whole run from that noisy "
+                    "estimate. Measure the initial model's mean entropy on a larger sample and set "
+                    "algorithm.gtpo_traj.initial_entropy=<value> (docs/spec.md A.4)."
+                )
 
     if ours or loss_mode == "grpo_s":
-        agg = str(_get(config, "actor_rollout_ref.actor.loss_agg_mode", "token-mean"))
+        agg = str(select(config, "actor_rollout_ref.actor.loss_agg_mode", "token-mean"))
         key = estimator if ours else "grpo_s"
         if agg != RECOMMENDED_LOSS_AGG[key]:
             warn(
@@ -121,7 +124,7 @@ def _configure_differentiable_entropy(config: Any, traj: GTPOTrajConfig) -> None
     """
     from omegaconf import open_dict
 
-    coeff = float(_get(config, "actor_rollout_ref.actor.entropy_coeff", 0.0))
+    coeff = float(select(config, "actor_rollout_ref.actor.entropy_coeff", 0.0))
     target = -traj.gamma
     if coeff == 0.0 and target != 0.0:
         with open_dict(config):
