@@ -140,7 +140,7 @@ def test_uniform_groups_get_zero_with_zero_adv():
     adv = _run("gtpo_token", rewards, mask, uids, entropy, responses, {"uniform_outcome_groups": "zero_adv"})
     assert torch.equal(adv, torch.zeros_like(adv))
     kept = _run("gtpo_token", rewards, mask, uids, entropy, responses, {"uniform_outcome_groups": "keep"})
-    assert kept.abs().sum() > 0  # entropy redistribution among successes (spec §B.3)
+    assert kept.abs().sum() > 0  # entropy redistribution among successes (docs/spec.md B.2)
 
 
 def test_non_finite_entropy_at_a_valid_position_is_an_error():

@@ -1,4 +1,5 @@
-"""Golden values of ALGORITHMS.md §3 (A0-A4, B1-B7), hand-checked in the spec.
+"""Golden values of docs/spec.md (A0-A4, B1-B7). The comments next to each expected value
+show the arithmetic that produces it, so a reader can check it by hand.
 
 Each case runs in float64 (must match to 1e-6) and in float32, verl's dtype (1e-5: the
 per-class case divides differences of ~1.1-valued rewards by a std of 0.05, which costs
@@ -33,7 +34,8 @@ A1_REWARDS = [20.0, 0.0, 10.0, 2.0]  # A = r - mean = [12, -8, 2, -6]
 
 
 def test_a0_entropy_of_known_distributions():
-    # verl's entropy_from_logits is what produces `entropys`; check it on the spec's cases
+    # verl's entropy_from_logits is what produces `entropys`:
+    # H(.5,.25,.25) = .5 ln 2 + 2·.25 ln 4 = 1.5 ln 2 = 1.039721;  H(.5,.5) = ln 2 = 0.693147
     from verl.utils.torch_functional import entropy_from_logits
 
     logits = torch.log(torch.tensor([[0.5, 0.25, 0.25], [0.5, 0.5, 1e-30]], dtype=torch.float64))
@@ -56,12 +58,14 @@ def test_a1_a3_official_runs_weights_and_coefficients(pad, dtype, atol):
     assert out.backward_run.tolist() == [3, 3, 2, 2]
     assert out.conflict_divisor.tolist() == [3, 3, 2, 2]  # code: max(k_f, k_b)
     assert out.keep.tolist() == [True, True, False, True]  # <H> = [.3, .5, .9, .69] vs 0.7
-    close(out.shaped_advantage, [11.97, -8.05, 0.0, -6.069], atol)  # δ(A - 0.1<H>)
+    # A = r − mean(r) = [20, 0, 10, 2] − 8 = [12, −8, 2, −6]; Ã = δ(A − 0.1<H>):
+    # [12 − .03, −8 − .05, 0 (δ = 0), −6 − .069]
+    close(out.shaped_advantage, [11.97, -8.05, 0.0, -6.069], atol)
     # official loss coefficient Ã·λ/(|o|·n_conf) = advantage/|o|
     coeff = out.advantages / mask.sum(-1, keepdim=True)
     c0 = [1.14, 1.14, 1.14, 0.57, 1.14, 1.14, 1.14, 0, 0]  # 11.97·2/(7·3); t3 has λ=1
     c1 = [0, 0, -0.447222, 0, 0, 0, 0, 0, 0]  # -8.05/(6·3) at the only non-conflict token
-    c3 = [-0.6069, -0.6069, -0.6069, 0, 0, 0, 0, 0, 0]
+    c3 = [-0.6069, -0.6069, -0.6069, 0, 0, 0, 0, 0, 0]  # -6.069·1/(5·2) on the free tokens, λ = 0 on the runs
     close(coeff, [c0, c1, [0] * 9, c3], atol)
 
 
@@ -99,9 +103,9 @@ def test_a3_paper_literal_coefficients(pad, dtype, atol):
     )
     group_size = 4
     coeff = out.advantages / (group_size * mask.sum(-1, keepdim=True))  # Ã·λ/(G·|o|)
-    c0 = [0.855, 0.855, 0.855, 0.4275, 0.855, 0.855, 0.855, 0, 0]
-    c1 = [0, 0, -0.335417, 0, 0, 0, 0, 0, 0]
-    c3 = [-0.30345, -0.30345, -0.30345, 0, 0, 0, 0, 0, 0]
+    c0 = [0.855, 0.855, 0.855, 0.4275, 0.855, 0.855, 0.855, 0, 0]  # 11.97·2/(4·7); t3: λ = 1
+    c1 = [0, 0, -0.335417, 0, 0, 0, 0, 0, 0]  # -8.05·1/(4·6)
+    c3 = [-0.30345, -0.30345, -0.30345, 0, 0, 0, 0, 0, 0]  # -6.069·1/(4·5)
     close(coeff, [c0, c1, [0] * 9, c3], atol)
 
 
@@ -132,9 +136,9 @@ def test_a4_zero_advantage_group_is_not_skipped(pad, dtype, atol):
     out = gtpo_traj_advantage(ids, mask, torch.tensor([20.0, 20.0]), torch.zeros(2, dtype=torch.long), 1, entropy)
     close(out.raw_advantage, [0.0, 0.0], 0)
     assert out.keep.tolist() == [True, False]
-    close(out.shaped_advantage, [-0.02, 0.0], atol)
+    close(out.shaped_advantage, [-0.02, 0.0], atol)  # δ(0 − 0.1<H>) = [−0.1·0.2, 0 (δ = 0: 0.8 > 0.7)]
     assert out.forward_run.tolist() == [0, 0] and out.conflict_divisor.tolist() == [1, 1]  # λ ≡ 1
-    close(out.advantages[0, :3] / 3, [-0.006667] * 3, 1e-6 if dtype == torch.float64 else atol)
+    close(out.advantages[0, :3] / 3, [-0.006667] * 3, 1e-6 if dtype == torch.float64 else atol)  # −0.02/|o|, |o| = 3
     close(out.advantages[1], [0.0] * 4, 0)
 
 
@@ -161,6 +165,10 @@ def _close_rows(adv, mask, expected, atol):
 def test_b1_gtpo_base_unbiased_and_population(pad, dtype, atol):
     entropy, mask, scores, group = _b1(pad, dtype)
     unbiased = gtpo_token_advantage(entropy, mask, scores, group, 1, alpha1=0.9, alpha2=0.1).advantages
+    # d_t = [2, 2, 1]; r̃ = 0.9 + 0.1·H/ΣH·d_t: o0 [0.9 + 0.1·(.6/.8)·2, 0.9 + 0.1·(.2/.8)·2, 0.9 + 0.1·1]
+    # = [1.05, 0.95, 1.00], o1 [0.95, 1.05], failures 0 (4 tokens). R̃: 9 tokens, mean 5/9 = 0.555556,
+    # Σ(r̃ − mean)² = 2.232222, std = sqrt(2.232222/8) = 0.528231 (population: /9, 0.498021).
+    # Ã = (r̃ − 0.555556)/0.528231: 1.05 → 0.936037, 0.95 → 0.746726, 1.00 → 0.841381, 0 → −1.051727
     fail = -1.051727
     _close_rows(unbiased, mask, [[0.936037, 0.746726, 0.841381], [0.746726, 0.936037], [fail] * 3, [fail]], atol)
     population = gtpo_token_advantage(
@@ -174,6 +182,9 @@ def test_b1_gtpo_base_unbiased_and_population(pad, dtype, atol):
 def test_b2_gtpo_negative_shaping(pad, dtype, atol):
     entropy, mask, scores, group = _b1(pad, dtype)
     adv = gtpo_token_advantage(entropy, mask, scores, group, 1, alpha1=0.9, alpha2=0.1, negative_shaping=True)
+    # successes as in B1. h_t = [2, 1, 1]; r⁻ = −(1/H)/Σ(1/H)·h_t: t1 1/H = [2, 2.5], Σ = 4.5 →
+    # o2 −2/4.5·2 = −0.888889, o3 −2.5/4.5·2 = −1.111111; t2, t3 only o2: −1. R⁻ (9 tokens, O+ at 0):
+    # mean −4/9, std 0.529966 → A⁻ = (r⁻ + 0.444444)/0.529966
     expected = [[0.936037, 0.746726, 0.841381], [0.746726, 0.936037], [-0.838626, -1.048283, -1.048283], [-1.257939]]
     _close_rows(adv.advantages, mask, expected, atol)
 
@@ -221,8 +232,13 @@ def test_b4_geometric_variants():
 def test_b5_grpo_s(pad, dtype, atol):
     entropy, mask, scores, group = _b1(pad, dtype)
     base = grpo_s_advantage(entropy, mask, scores, group, 1, beta1=0.9, beta2=0.1)
+    # Ĥ = [(.6+.2+1)/3, (.2+.6)/2, .5, .4] = [.6, .4, .5, .4]; r̂ = 0.9 + 0.1·Ĥ/ΣĤ_{O+}·n =
+    # [0.9 + 0.1·.6/1·2, 0.9 + 0.1·.4/1·2, 0, 0] = [1.02, 0.98, 0, 0]: mean 0.5, std 0.577581,
+    # Â = [.52, .48, −.5, −.5]/0.577581
     close(base.mean_entropy, [0.6, 0.4, 0.5, 0.4], atol)
     close(base.sequence_advantages, [0.900305, 0.831051, -0.865678, -0.865678], atol)
+    # failures: r⁻ = −(1/Ĥ)/Σ(1/Ĥ)·m = −[2, 2.5]/4.5·2 = [−0.888889, −1.111111]; over the G sequences
+    # {0, 0, r⁻}: mean −0.5, std 0.584435 → A⁻_fail = (r⁻ + 0.5)/0.584435 = [−0.665409, −1.045643]
     neg = grpo_s_advantage(entropy, mask, scores, group, 1, beta1=0.9, beta2=0.1, negative_shaping=True)
     close(neg.sequence_advantages, [0.900305, 0.831051, -0.665409, -1.045643], atol)
     _close_rows(neg.advantages, mask, [[0.900305] * 3, [0.831051] * 2, [-0.665409] * 3, [-1.045643]], atol)
@@ -248,6 +264,8 @@ PC = 0.05 / (0.05 + 1e-6)
 @pytest.mark.parametrize("dtype,atol", DTYPES)
 def test_b6_unified_v6_token_normalisations(pad, dtype, atol):
     entropy, mask, scores, group = _b1(pad, dtype)
+    # α = (1, 0.1): r̃⁺ o0 [1 + .1·1.5, 1 + .1·.5, 1 + .1·1] = [1.15, 1.05, 1.10], o1 [1.05, 1.15];
+    # r̃⁻ = −1 − 0.1·share⁻: o2 [−1 − .1·.888889, −1.1, −1.1] = [−1.088889, −1.1, −1.1], o3 [−1.111111]
     expected = {
         "two_zero_filled": [[0.927793, 0.755625, 0.841709], [0.755625, 0.927793], [-1.034878, -1.054042, -1.054042], [-1.073207]],
         "single_combined": [[0.885973, 0.799771, 0.842872], [0.799771, 0.885973], [-1.044012, -1.05359, -1.05359], [-1.063168]],
@@ -265,6 +283,9 @@ def test_b6_unified_v6_token_normalisations(pad, dtype, atol):
 @pytest.mark.parametrize("dtype,atol", DTYPES)
 def test_b7_unified_v6_grpo_s(pad, dtype, atol):
     entropy, mask, scores, group = _b1(pad, dtype)
+    # r̂⁺ = 1 + 0.1·Ĥ/ΣĤ·n = [1.12, 1.08]; r̂⁻ = −1 − 0.1·(1/Ĥ)/mean(1/Ĥ): 1/Ĥ = [2, 2.5],
+    # arithmetic mean 2.25 → [−1.088889, −1.111111]; geometric mean sqrt(5) = 2.236068 → [−1.089443,
+    # −1.111803]; one z-score over the four sequence rewards (single_combined)
     kwargs = dict(beta1=1.0, beta2=0.1, variant="unified_v6", negative_shaping=True, adv_norm="single_combined")
     arithmetic = grpo_s_advantage(entropy, mask, scores, group, 1, **kwargs)
     close(arithmetic.sequence_advantages, [0.881675, 0.850187, -0.857184, -0.874678], atol)

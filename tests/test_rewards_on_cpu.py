@@ -1,4 +1,4 @@
-"""Paper A's format + correctness reward (gtpo_verl/rewards/format_math.py), spec §A.7.
+"""Paper A's format + correctness reward (gtpo_verl/rewards/format_math.py), docs/spec.md A.7.
 
 Golden values are worked out by hand from the official reward_math.py rules (quoted in the
 module docstring); each case says which rule fires.

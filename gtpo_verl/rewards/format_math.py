@@ -1,7 +1,7 @@
 """Paper A's format + correctness reward, as a verl custom reward function.
 
 GTPO (trajectory), arXiv:2508.03772; the official ``reward_math.py`` of
-github.com/winstonsmith1897/GTPO (spec/ALGORITHMS.md §A.7). The recipes in
+github.com/winstonsmith1897/GTPO (docs/spec.md A.7). The recipes in
 ``recipes/gtpo_traj/`` select it with::
 
     reward.custom_reward_function.path=pkg://gtpo_verl.rewards.format_math
@@ -20,9 +20,8 @@ Reward of one completion o with reference answer a:
          = 0                       neither pair
     C(o, a) = 10 iff float(â) ≈ float(a) (|â−a| ≤ 0.01 + 1e-5·|a|, numpy's isclose) or a ⊂ â (substring)
 
-with â the text inside the final ``<answer>`` tags. Reachable values: {0, 1, 1.5, 10, 20}.
-NOTE: spec §A.7 lists r ∈ {0, 1, 1.5, 2, 2.5, 3, 10, 20}; the partial credits 2-3 cannot occur,
-because having both pairs already gives the full 10.
+with â the text inside the final ``<answer>`` tags. Reachable values: {0, 1, 1.5, 10, 20}
+(partial credits above 1.5 cannot occur: having both pairs already gives the full 10).
 
 NOTE (kept from the official code on purpose): "ends with </answer>" is Python's ``$``, which
 also matches before one final newline; the substring test also applies to numbers, so a
