@@ -21,29 +21,22 @@ B, P, T, GROUP = 8, 4, 6, 4
 
 
 def compose_actor(model_path, *overrides):
-    from hydra import compose, initialize_config_dir
+    from support.hydra import compose_gtpo  # tests/ is this script's sys.path[0]
 
-    import gtpo_verl
-
-    with initialize_config_dir(config_dir=os.path.join(os.path.dirname(gtpo_verl.__file__), "config"), version_base=None):
-        return compose(
-            config_name="gtpo_trainer",
-            overrides=[
-                f"actor_rollout_ref.model.path={model_path}",
-                "actor_rollout_ref.model.use_remove_padding=False",
-                "+actor_rollout_ref.model.override_config.attn_implementation=eager",
-                "actor_rollout_ref.actor.strategy=fsdp2",
-                "actor_rollout_ref.actor.use_torch_compile=False",
-                "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
-                f"actor_rollout_ref.actor.ppo_mini_batch_size={B // GROUP}",
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",  # two micro-batches per mini-batch
-                f"actor_rollout_ref.rollout.n={GROUP}",
-                "actor_rollout_ref.actor.optim.lr=0.01",
-                "actor_rollout_ref.actor.grad_clip=1000.0",
-                "trainer.device=cpu",
-                *overrides,
-            ],
-        )
+    return compose_gtpo(
+        f"actor_rollout_ref.model.path={model_path}",
+        "actor_rollout_ref.model.use_remove_padding=False",
+        "+actor_rollout_ref.model.override_config.attn_implementation=eager",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.actor.use_torch_compile=False",
+        "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={B // GROUP}",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",  # two micro-batches per mini-batch
+        f"actor_rollout_ref.rollout.n={GROUP}",
+        "actor_rollout_ref.actor.optim.lr=0.01",
+        "trainer.device=cpu",
+        *overrides,
+    )
 
 
 def make_batch():

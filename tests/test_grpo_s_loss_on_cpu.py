@@ -7,21 +7,7 @@ from tensordict import TensorDict
 from torch.testing import assert_close
 
 from gtpo_verl.integration.loss_config import GTPOPolicyLossConfig
-
-
-def actor_config(loss_agg_mode="seq-mean-token-mean", ratio_mean="arithmetic"):
-    from verl.workers.config import ActorConfig
-
-    return ActorConfig(
-        strategy="fsdp",
-        rollout_n=1,
-        ppo_micro_batch_size_per_gpu=1,
-        clip_ratio=0.2,
-        clip_ratio_low=0.2,
-        clip_ratio_high=0.28,
-        loss_agg_mode=loss_agg_mode,
-        policy_loss=GTPOPolicyLossConfig(loss_mode="grpo_s", sequence_ratio_mean=ratio_mean),
-    )
+from support.actor import actor_config
 
 
 def hand_loss(log_prob, old_log_prob, seq_adv, mask, clip_low=0.2, clip_high=0.28, geometric=False):

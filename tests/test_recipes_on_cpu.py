@@ -27,17 +27,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-import gtpo_verl
+from support.hydra import compose_gtpo
 
 # verl warns that GRPO-style estimators run without a critic: expected for every recipe here
 pytestmark = pytest.mark.filterwarnings("ignore:Disabled critic:UserWarning")
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES_DIR = ROOT / "recipes"
-CONFIG_DIR = str(Path(gtpo_verl.__file__).parent / "config")
 HOME = "/cluster/home"  # the recipes' paths default under $HOME/verl
 
 DAPO = {
@@ -160,8 +158,7 @@ def as_dict(overrides):
 
 @lru_cache(maxsize=None)
 def compose_cfg(overrides):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        return compose(config_name="gtpo_trainer", overrides=list(overrides))
+    return compose_gtpo(*overrides)
 
 
 def has_key(cfg, dotted):

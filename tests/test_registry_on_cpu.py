@@ -126,21 +126,15 @@ def test_missing_entropy_names_the_fix():
 
 
 def test_hydra_plus_overrides_reach_the_estimator():
-    import verl.trainer.config as verl_config
-    from hydra import compose, initialize_config_dir
-
     from gtpo_verl.integration.config import GTPOTokenConfig, GTPOTrajConfig
+    from support.hydra import compose_verl
 
-    with initialize_config_dir(config_dir=os.path.dirname(verl_config.__file__), version_base=None):
-        cfg = compose(
-            config_name="ppo_trainer",
-            overrides=[
-                "algorithm.adv_estimator=gtpo_token",
-                "+algorithm.gtpo_token.alpha1=0.8",
-                "+algorithm.gtpo_token.alpha2=0.2",
-                "+algorithm.gtpo_traj.preset=paper",
-            ],
-        )
+    cfg = compose_verl(
+        "algorithm.adv_estimator=gtpo_token",
+        "+algorithm.gtpo_token.alpha1=0.8",
+        "+algorithm.gtpo_token.alpha2=0.2",
+        "+algorithm.gtpo_traj.preset=paper",
+    )
     token = GTPOTokenConfig.from_algorithm_config(cfg.algorithm)
     assert (token.alpha1, token.alpha2) == (0.8, 0.2)
     traj = GTPOTrajConfig.from_algorithm_config(cfg.algorithm)

@@ -13,26 +13,19 @@ import sys
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from torch.testing import assert_close
 
-import gtpo_verl
 from gtpo_verl.integration.estimators import ESTIMATORS
-
-CONFIG_DIR = os.path.join(os.path.dirname(gtpo_verl.__file__), "config")
+from support.hydra import compose_gtpo
 
 
 def compose_config(*overrides):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        return compose(
-            config_name="gtpo_trainer",
-            overrides=[
-                "actor_rollout_ref.rollout.n=4",
-                "transfer_queue.enable=true",
-                "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-                *overrides,
-            ],
-        )
+    return compose_gtpo(
+        "actor_rollout_ref.rollout.n=4",
+        "transfer_queue.enable=true",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        *overrides,
+    )
 
 
 @pytest.fixture(scope="module")
