@@ -1,7 +1,7 @@
 """Paper B, sequence level: GRPO-S rewards, advantages and the sequence-ratio surrogate.
 
 "GTPO and GRPO-S: Token and Sequence-Level Reward Shaping with Policy Entropy",
-arXiv:2508.04349, Eq. (S31)-(S38) (the v1-v4 formulas; labels of docs/spec.md B.7), v6 App. B
+arXiv:2508.04349, Eq. (S31)-(S38) (v1-v4 numbering of ALGORITHMS.md Part B), v6 App. B
 Eq. 40/46 and App. C for the later forms. Entropy terms are detached constants.
 
 Notation: B responses, T response length, K groups; n = |O+|, m = |O−| in a group.

@@ -2,8 +2,8 @@
 
 "GTPO: Trajectory-Based Policy Optimization in Large Language Models", arXiv:2508.03772
 (v5: "GTPO: Stabilizing Group Relative Policy Optimization via Gradient and Entropy
-Control"). Equation labels (S11)-(S17) and "official L…" line numbers resolve in docs/spec.md
-(Paper A; official = github.com/winstonsmith1897/GTPO gtpo/gtpo_training.py @ df35bd3).
+Control"). Equation numbers (S11)-(S17) are those of ALGORITHMS.md Part A (the v1 text as
+quoted there). "official" refers to github.com/winstonsmith1897/GTPO, gtpo/gtpo_training.py.
 
 Notation: B responses, T response length, K groups, G responses per group. Token ids
 ``responses[i, t]``; position t is valid where ``response_mask`` is 1. A_i is the raw group
@@ -101,7 +101,7 @@ def _runs_in_window(
 
     ``ids``/``valid`` (bool) are ``(B, W)`` (already aligned: forward or right-aligned positions).
     Position w of row i conflicts iff some j of the same group with sign(A_j) = −sign(A_i) ≠ 0
-    is valid at w with the same token (C^f / C^b, docs/spec.md A.3). The partner may differ
+    is valid at w with the same token (C^f / C^b, ALGORITHMS.md §A.3). The partner may differ
     from position to position. Cost: one comparison of W tokens per opposite-sign pair.
     """
     batch, window = ids.shape

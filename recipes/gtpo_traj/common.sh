@@ -1,5 +1,5 @@
 # shellcheck shell=bash source-path=SCRIPTDIR
-# Paper A's training setup (GTPO-trajectory, arXiv:2508.03772; spec/ALGORITHMS.md §A.9), shared by
+# Paper A's training setup (GTPO-trajectory, arXiv:2508.03772; official code and README), shared by
 # the GTPO and GRPO-baseline recipes of recipes/gtpo_traj/; sourced after they set SETTING, EXP_NAME
 # and ALGORITHM_ARGS. Not meant to run alone. docs/reproduce.md.
 #

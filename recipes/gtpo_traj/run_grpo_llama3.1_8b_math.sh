@@ -2,7 +2,7 @@
 # shellcheck source-path=SCRIPTDIR disable=SC2034  # SETTING, EXP_NAME, ALGORITHM_ARGS are read by common.sh
 # Paper A's GRPO baseline, run `GRPO_LLAMA8B_MATH`: Meta-Llama-3.1-8B-Instruct on MATH with the
 # <reasoning>/<answer> format + correctness reward and Paper A's settings (recipes/gtpo_traj/common.sh,
-# spec §A.9); compare with run_gtpo_traj_llama3.1_8b_math.sh. docs/reproduce.md.
+# the official code's settings); compare with run_gtpo_traj_llama3.1_8b_math.sh. docs/reproduce.md.
 #
 # verl==0.9.1, gtpo_verl installed. GPUs: 1 node × 8. Time: not measured by us (7,500 steps).
 #

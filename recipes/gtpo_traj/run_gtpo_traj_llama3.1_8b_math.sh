@@ -2,7 +2,7 @@
 # shellcheck source-path=SCRIPTDIR disable=SC2034  # SETTING, EXP_NAME, ALGORITHM_ARGS are read by common.sh
 # Paper A's GTPO (trajectory, arXiv:2508.03772), run `GTPO_LLAMA8B_MATH`: Meta-Llama-3.1-8B-Instruct on
 # MATH (7 subsets) with the <reasoning>/<answer> format + correctness reward and Paper A's settings
-# (recipes/gtpo_traj/common.sh, spec §A.9). docs/reproduce.md.
+# (recipes/gtpo_traj/common.sh, the official code's settings). docs/reproduce.md.
 #
 # verl==0.9.1, gtpo_verl installed. GPUs: 1 node × 8 (the paper trained on one GPU, with LoRA).
 # Time: not measured by us; one epoch is 7,500 steps of 1 prompt × 8 responses (≤ 1500 tokens each).
