@@ -18,7 +18,8 @@ def _repo_files():
         paths = [ROOT / p for p in listed.splitlines()]
     except (OSError, subprocess.CalledProcessError):  # not a git checkout: every text file
         paths = [p for p in ROOT.rglob("*") if ".venv" not in p.parts and ".git" not in p.parts]
-    return [p for p in paths if p.is_file() and p.suffix in TEXT_SUFFIXES and p.name != "spec.md"]
+    this = Path(__file__).resolve()
+    return [p for p in paths if p.is_file() and p.suffix in TEXT_SUFFIXES and p.name != "spec.md" and p.resolve() != this]
 
 
 FILES = {str(p.relative_to(ROOT)): p.read_text(errors="replace") for p in _repo_files()}
