@@ -33,7 +33,6 @@ from gtpo_verl.algorithms.choices import (
     TRAJ_PRESET_NAMES,
     UNIFORM_GROUP_MODES,
 )
-
 from gtpo_verl.algorithms.trajectory import LN2
 
 # α1 + α2 = 1 is checked to this tolerance (clipped_len's lower clip bound 1 assumes it).
@@ -258,7 +257,7 @@ class GRPOSConfig(_Block):
     std_unbiased: bool = True
     """Sample std (n−1), as verl's GRPO."""
     epsilon: float = 1e-6
-    """ε in 1/(Ĥ+ε) and std + ε."""
+    """ε in 1/(Ĥ+ε), the logs of the geometric means, and std + ε."""
 
     def __post_init__(self):
         _choice(self.key("variant"), self.variant, SEQUENCE_VARIANTS)
