@@ -63,6 +63,8 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "99")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice, before anything changes it
+
 # ----------------------------------------------------------------------------- batch layout
 
 GROUP_SIZE = 16
@@ -76,7 +78,14 @@ SIZES: dict[str, list[tuple[int, int, int]]] = {
     "small": [(8, GROUP_SIZE, 256)],
     "default": [(64, GROUP_SIZE, 1024), (128, GROUP_SIZE, 4096)],
     "all": [(64, GROUP_SIZE, 1024), (128, GROUP_SIZE, 4096), (32, GROUP_SIZE, 20480)],
+    # the papers' own batch: 512 prompts x 16 responses, up to 20,480 tokens
+    "papers": [(512, GROUP_SIZE, 20480)],
 }
+# shortest response of a size (default T/4); the papers' batch draws lengths uniform in 1,000-20,480
+MIN_LENGTHS: dict[tuple[int, int, int], int] = {(512, GROUP_SIZE, 20480): 1000}
+# a CPU-bound neighbour of equal priority (``--contention``): what the TaskRunner's reward,
+# agent-loop and TransferQueue processes are to the advantage step
+NEIGHBOUR_CODE = "while True:\n    pass\n"
 TARGET_SIZE = (128, GROUP_SIZE, 4096)
 CHECK_SIZE = (64, GROUP_SIZE, 1024)
 LOSS_AGG_MODE = "token-mean"
@@ -127,7 +136,8 @@ class Batch:
 def make_batch(prompts: int, group: int, length: int, *, seed: int = 0, device: str | torch.device = "cpu") -> Batch:
     """Build a reproducible batch (generated on CPU, then moved to ``device``).
 
-    - lengths uniform in [T/4, T], about 10 % of rows exactly T (no padding);
+    - lengths uniform in [T/4, T] (``MIN_LENGTHS`` for the papers' size), about 10 % of rows
+      exactly T (no padding);
     - about half of each group is correct (Bernoulli(0.5) score on the last valid token);
     - entropies in [0, 3]: uniform per token times a per-row level in [0, 1], so row means
       spread over [0, 1.5] and the gtpo_traj entropy filter (threshold 0.7 / ln 2) keeps
@@ -137,8 +147,10 @@ def make_batch(prompts: int, group: int, length: int, *, seed: int = 0, device: 
     """
     gen = torch.Generator().manual_seed(seed)
     rows = prompts * group
-    group_of_row = torch.arange(rows) // group
-    lengths = torch.randint(max(1, length // 4), length + 1, (rows,), generator=gen)
+    # rows in shuffled group order, built in place (no permuted copies: the papers' batch is 4 GB)
+    group_of_row = (torch.arange(rows) // group)[torch.randperm(rows, generator=gen)]
+    shortest = MIN_LENGTHS.get((prompts, group, length), max(1, length // 4))
+    lengths = torch.randint(shortest, length + 1, (rows,), generator=gen)
     lengths = torch.where(torch.rand(rows, generator=gen) < FULL_LENGTH_FRACTION, length, lengths)
     positions = torch.arange(length)
     response_mask = (positions.unsqueeze(0) < lengths.unsqueeze(1)).to(torch.int64)
@@ -159,13 +171,13 @@ def make_batch(prompts: int, group: int, length: int, *, seed: int = 0, device: 
     responses.scatter_(1, suffix_cols, suffix[group_of_row])
     responses.masked_fill_(response_mask == 0, PAD_ID)
 
-    perm = torch.randperm(rows, generator=gen)
-    uids = np.array([f"uid{i // group}" for i in range(rows)], dtype=object)[perm.numpy()]
+    del positions
+    uids = np.array([f"uid{g}" for g in group_of_row.tolist()], dtype=object)
     batch = Batch(
-        token_level_rewards=token_level_rewards[perm].contiguous(),
-        response_mask=response_mask[perm].contiguous(),
-        entropys=entropys[perm].contiguous(),
-        responses=responses[perm].contiguous(),
+        token_level_rewards=token_level_rewards,
+        response_mask=response_mask,
+        entropys=entropys,
+        responses=responses,
         uids=uids,
         size=(prompts, group, length),
     )
@@ -919,6 +931,7 @@ def to_markdown(results: dict[str, Any]) -> str:
                 f"{_fmt(c.get('big_allocs'), 'd')} ({_fmt(c.get('alloc_units'), '.1f')}) |"
             )
         lines.append("")
+        lines += modes_table(entry)
     if results.get("targets"):
         lines += [f"## Targets at {size_label(TARGET_SIZE)}", "", "| target | value | met |", "|---|---:|---|"]
         for t in results["targets"]:
@@ -948,6 +961,26 @@ def to_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def modes_table(entry: dict[str, Any]) -> list[str]:
+    """Markdown: one column per timing mode (threads, neighbour), ``ms (ratio)`` per candidate."""
+    modes = entry.get("modes") or []
+    if len(modes) < 2:
+        return []
+    lines = [f"Timing modes at {entry['size']}: median ms (ratio to verl grpo, or to verl vanilla for the "
+             "losses, in the same mode)", "",
+             "| candidate | " + " | ".join(m["label"] for m in modes) + " |",
+             "|---|" + "---:|" * len(modes)]
+    for c in entry["candidates"]:
+        cells = []
+        for m in modes:
+            t = (c.get("modes") or {}).get(m["label"])
+            cells.append("—" if t is None else f"{t['median_ms']:.1f} ({_fmt(t['ratio'], '.2f', '×')})")
+        lines.append(f"| {c['name']} | " + " | ".join(cells) + " |")
+    loads = "; ".join(f"{m['label']}: {m['loadavg_before']} → {m['loadavg_after']}" for m in modes)
+    lines += ["", f"Load average before → after each mode: {loads}", ""]
+    return lines
+
+
 def short_table(results: dict[str, Any]) -> str:
     """A compact summary: one line per (size, candidate), then the equality check verdicts."""
     m = results["machine"]
@@ -958,6 +991,8 @@ def short_table(results: dict[str, Any]) -> str:
             note = c.get("error", "")[:70]
             lines.append(f"{entry['size']:<12} {c['name']:<30} {_fmt(c.get('median_ms'), '10.3f'):>10} "
                          f"{_fmt(c.get('ratio'), '6.2f'):>7} {_fmt(c.get('memory_multiple'), '5.2f'):>6}  {note}")
+    for entry in results["sizes"]:
+        lines += [""] + modes_table(entry)
     check = results.get("check")
     if check:
         lines += ["", f"equality {check['device']} vs cpu at {check['size']}:"]
@@ -970,6 +1005,42 @@ def short_table(results: dict[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------- main
+
+
+def parse_threads(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"--threads {text!r}: give counts >= 0 (0 = torch's default), e.g. 1,0")
+    return values
+
+
+@contextlib.contextmanager
+def busy_neighbour(enabled: bool):
+    """Run a CPU-bound Python process (same priority) for the duration, if ``enabled``."""
+    if not enabled:
+        yield None
+        return
+    proc = subprocess.Popen([sys.executable, "-c", NEIGHBOUR_CODE], stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(0.2)  # let it reach its loop
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def timing_modes(threads: list[int], contention: bool) -> list[dict[str, Any]]:
+    """The (threads, neighbour) settings every size is timed under, quiet ones first."""
+    modes = []
+    for busy in ([False, True] if contention else [False]):
+        for count in threads:
+            resolved = count or DEFAULT_THREADS
+            label = f"{'busy' if busy else 'quiet'}, {count or f'default ({DEFAULT_THREADS})'} thread{'s' if resolved > 1 else ''}"
+            modes.append({"label": label, "threads": resolved, "neighbour": busy})
+    return modes
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
@@ -989,9 +1060,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--check", action="store_true", help=f"compare --device outputs with CPU at {size_label(CHECK_SIZE)}")
     p.add_argument("--candidates", default=None, help="comma-separated candidate names (default: all)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads; default 1 on CPU (a shared machine makes multi-threaded timings "
-                        "measure the scheduler), torch's own choice on CUDA; 0 = torch's choice")
+    p.add_argument("--threads", type=parse_threads, default=None,
+                   help="torch intra-op threads, or a comma-separated sweep timed in turn (e.g. 1,0); "
+                        "0 = torch's default; default 1 on CPU, torch's default on CUDA")
+    p.add_argument("--contention", action="store_true",
+                   help="also time every thread setting with a CPU-bound neighbour process running")
+    p.add_argument("--no-passes", dest="passes", action="store_false", help="skip the pass-counting call")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--short", action="store_true",
                    help="print a compact table (ms, ratio, memory, check) instead of the full Markdown report")
@@ -1006,10 +1080,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
-    if args.threads is None and torch.device(args.device).type == "cpu":
-        args.threads = 1
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.threads is None:
+        args.threads = [1] if torch.device(args.device).type == "cpu" else [0]
+    modes = timing_modes(args.threads, args.contention)
+    torch.set_num_threads(modes[0]["threads"])
+    args.threads = modes[0]["threads"]  # what the memory children run with
     if args.memory_child:
         use_code_dir(args.code_dir)
         print(json.dumps(memory_child(args.memory_child, args.child_size, args.seed)))
@@ -1049,7 +1124,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     results: dict[str, Any] = {
         "machine": machine_info(device),
         "settings": {"device": str(device), "repeats": args.repeats, "seed": args.seed,
-                     "threads": torch.get_num_threads(),
+                     "threads": torch.get_num_threads(), "modes": [m["label"] for m in modes],
                      "sizes": [size_label(s) for s in sizes], "loss_agg_mode": LOSS_AGG_MODE,
                      "min_sample_seconds": MIN_SAMPLE_SECONDS, "loadavg_before": loadavg()},
         "sizes": [],
@@ -1079,10 +1154,22 @@ def main(argv: Optional[list[str]] = None) -> int:
                 del runners[name]
                 log(f"  {name}: error {rows[name]['error'][:200]}")
         entry["calibration"] = calibrate_passes(tuple(batch.response_mask.shape), device)
-        log(f"  timing {len(runners)} candidates, {args.repeats} repeats")
-        timings = time_round_robin(runners, args.repeats, device, log)
-        for name, t in timings.items():
-            rows[name].update(t)
+        entry["modes"] = []
+        for index, mode in enumerate(modes):
+            torch.set_num_threads(mode["threads"])
+            log(f"  timing {len(runners)} candidates, {args.repeats} repeats, {mode['label']}")
+            with busy_neighbour(mode["neighbour"]):
+                load_before = loadavg()
+                timings = time_round_robin(runners, args.repeats, device, log)
+                entry["modes"].append({**mode, "loadavg_before": load_before, "loadavg_after": loadavg()})
+            for name, t in timings.items():
+                ref_t = timings.get(CANDIDATES_BY_NAME[name].reference)
+                ratio = round(t["median_ms"] / ref_t["median_ms"], 3) if ref_t else None
+                rows[name].setdefault("modes", {})[mode["label"]] = {
+                    "median_ms": round(t["median_ms"], 3), "ratio": ratio, "samples_ms": t["samples_ms"]}
+                if index == 0:
+                    rows[name].update(t)
+        torch.set_num_threads(modes[0]["threads"])
         for name, row in rows.items():
             ref = rows.get(CANDIDATES_BY_NAME[name].reference, {})
             grpo = rows.get(GRPO, {})
@@ -1093,9 +1180,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             vec = rows.get("grpo_vectorized (verl)", {})
             if "median_ms" in row and "median_ms" in vec and row["kind"] == "estimator":
                 row["ratio_vs_grpo_vectorized"] = round(row["median_ms"] / vec["median_ms"], 3)
-        log("  counting passes" + (" and profiling" if args.profile else ""))
+        log("  counting passes" * args.passes + (" and profiling" if args.profile else ""))
         for name, run in runners.items():
-            rows[name].update(count_passes(run, batch.numel))
+            if args.passes:
+                rows[name].update(count_passes(run, batch.numel))
             if args.profile:
                 rows[name]["top_ops"] = profile_ops(run, device)
                 rows[name]["top_functions"] = profile_functions(run)
