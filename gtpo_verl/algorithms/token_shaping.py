@@ -1,28 +1,52 @@
 """Paper B, token level: GTPO entropy-shaped token rewards and advantages.
 
 "GTPO and GRPO-S: Token and Sequence-Level Reward Shaping with Policy Entropy",
-arXiv:2508.04349. Equation numbers (S18)-(S30) are those of the v1-v4 text as quoted in
-ALGORITHMS.md Part B (the Yam write-up's numbering); v5/v6 numbers are given where the
-later text is the source. Every entropy term is a detached constant (Remark 2.5).
+arXiv:2508.04349. Equation labels (S18)-(S30) and the v6 forms are those of docs/spec.md
+(sections B.2-B.6). Every entropy term is a detached constant (Remark 2.5).
 
 Notation: B responses, T response length, K prompt groups, G responses per group.
 O+ = successful responses, O− = failed ones; O+_t = successes still generating at t,
 d_t = |O+_t|, h_t = |O−_t| (a token "exists" at t where ``response_mask`` is 1).
+
+The module has three layers:
+
+- the **equation layer**: one small pure function per formula (column share, geometric
+  share, inverse entropy, clipped bonus, length penalty, v6 outcome reward);
+- ``gtpo_token_advantage_reference``: the readable twin, the equations applied to whole
+  ``(B, T)`` tensors one after the other (as verl's ``compute_grpo_outcome_advantage`` is to
+  its vectorised form); tests hold the fused function to it;
+- the **pass layer**: ``gtpo_token_advantage``, the same equations fused into two passes over
+  the batch (see its docstring), which is what the estimator runs.
 """
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import torch
 
-from gtpo_verl.algorithms.groups import RowBlocks, group_sum, masked_product_, row_dot, row_sum_squares
-from gtpo_verl.algorithms.normalization import ADV_NORM_MODES, class_sets, set_means, set_row_scale
+from gtpo_verl.algorithms.groups import (
+    RowBlocks,
+    block_elements,
+    group_sum,
+    masked_product_,
+    members_matrix,
+    row_dot,
+    row_sum_squares,
+)
+from gtpo_verl.algorithms.normalization import ADV_NORM_MODES, class_sets, set_means, set_row_scale, zscore_by_class_
 
 TOKEN_VARIANTS = ("base", "clipped_len", "unified_v6")
 ENTROPY_SHARES = ("column", "geometric")
 UNIFORM_GROUP_MODES = ("keep", "zero_adv")
 LENGTH_DENOMINATORS = ("l1", "l2")
+# Debug mode (env GTPO_VERL_DEBUG=1): assert the share conservation the fused pass relies on.
+DEBUG_CHECKS = os.environ.get("GTPO_VERL_DEBUG", "") not in ("", "0")
+# Groups per column-sum ``bmm``: the calls always cover the same aligned chunks of groups, so
+# the sums do not depend on how the batch is split into blocks (bitwise).
+GROUP_CHUNK = 8
+SUCCESS, FAILURE = 0, 1  # class index of a row inside its group's two segments
 
 
 class TokenShaping(NamedTuple):
@@ -34,10 +58,64 @@ class TokenShaping(NamedTuple):
     share_stats: torch.Tensor | None = None  # (sum, sum of squares, max) of the success tokens' shares
 
 
+# ----------------------------------------------------------------------------- equation layer
+
+
+def column_share_scale(column_sum: torch.Tensor, column_count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Column share factors of (S18)/(S26), docs/spec.md B.2 and B.5. Shapes ``(S, T)`` → ``(S, T)``.
+
+    share_{i,t} = x_{i,t} / mean_{k∈set_t} x_{k,t} = x_{i,t} · scale_t + uniform_t, with
+    scale_t = d_t / Σ_{k∈set_t} x_{k,t}, where the set is O+_t (x = H) or O−_t (x = 1/(H + ε)).
+    A column whose members all have x = 0 gives each member a share of 1 (Remark 2.1): there
+    scale = 0 and ``uniform`` = 1. Returns ``(scale, uniform)``, both 0 on empty columns.
+    """
+    positive = column_sum > 0
+    scale = torch.where(positive, column_count / torch.where(positive, column_sum, 1.0), 0.0)  # d_t / Σ x
+    uniform = ((column_count > 0) & ~positive).to(column_sum.dtype)  # all-zero column: share 1
+    return scale, uniform
+
+
+def column_share(
+    values: torch.Tensor, members: torch.Tensor, group_ids: torch.Tensor, num_groups: int
+) -> torch.Tensor:
+    """share_{i,t} = x_{i,t} · d_t / Σ_{k∈set_t} x_{k,t} ``(B, T)`` over the rows ``members`` marks. (S18), (S26).
+
+    ``values`` ``(B, T)`` x ≥ 0; ``members`` ``(B, T)`` float 0/1 (set membership × response
+    mask). Readable form: one ``(K, T)`` table per call; 0 outside ``members``.
+    """
+    column_sum = group_sum(values * members, group_ids, num_groups)  # (K, T) Σ_{k∈set_t} x_{k,t}
+    column_count = group_sum(members, group_ids, num_groups)  # (K, T) d_t (or h_t)
+    scale, uniform = column_share_scale(column_sum, column_count)
+    return (values * scale[group_ids] + uniform[group_ids]) * members  # (B, T)
+
+
+def geometric_share(values: torch.Tensor, log_values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """share_{i,t} = x_{i,t} / exp(mean_t log x_{i,t}) ``(B, T)``, the row geometric share of (S20)/(S27).
+
+    ``log_values`` ``(B, T)`` is log x as the paper's ε convention gives it: log(H + ε) for
+    x = H (S20), −log(H + ε) for x = 1/(H + ε) (S27). 0 outside ``mask``.
+    """
+    count = mask.sum(-1).clamp_min(1)  # (B,) |o_i|
+    geometric_mean = torch.exp((log_values * mask).sum(-1) / count)  # (B,) (Π_t x_{i,t})^{1/|o_i|}
+    return values * mask / geometric_mean.unsqueeze(-1)
+
+
+def inverse_entropy(entropy: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """1 / (H + ε), the failure weight of (S26)/(S27) (H = 0 handled as Remark 2.1). Any shape."""
+    return 1.0 / (entropy + epsilon)
+
+
+def clipped_bonus(
+    bonus: torch.Tensor, *, alpha1: float, kappa: float, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """R̃ = clip(α1 + α2·share, 1, α1(1 + 1/κ)) of (S24), from ``bonus`` = α2·share. Any shape."""
+    return torch.add(bonus, alpha1, out=out).clamp_(1.0, alpha1 * (1.0 + 1.0 / kappa))
+
+
 def overlong_length_penalty(
     lengths: torch.Tensor, *, buffer_len: int, max_len: int, denominator: str = "l1"
 ) -> torch.Tensor:
-    """Return R(i) ``(B,)``, the soft overlong punishment of Eq. (S23).
+    """Return R(i) ``(B,)``, the soft overlong punishment of Eq. (S23), docs/spec.md B.4.
 
     R = 0 for |o| ≤ L, (L − |o|)/L1 for L < |o| ≤ L2, −1 for |o| > L2, with L1 = ``buffer_len``,
     L2 = ``max_len`` and L = L2 − L1.
@@ -52,6 +130,143 @@ def overlong_length_penalty(
     soft = (expected - lengths) / scale
     penalty = torch.where(lengths <= expected, torch.zeros_like(soft), soft)
     return torch.where(lengths > l2, torch.full_like(soft, -1.0), penalty)
+
+
+def outcome_reward(success: torch.Tensor, *, alpha1: float, variant: str) -> torch.Tensor:
+    """The per-row reward before the entropy bonus ``(B,)`` float64.
+
+    base: α1 on O+, 0 on O− (S18); unified_v6: +α1 on O+, −α1 on O− (v6 Eq. 3, 5).
+    (clipped_len's α1 sits inside the clip of (S24); its row reward is R(i).)
+    """
+    success64 = success.to(torch.float64)
+    if variant == "unified_v6":
+        return (2.0 * success64 - 1.0) * alpha1
+    return success64 * alpha1
+
+
+def bonus_coefficients(*, alpha2: float, negative_shaping: bool, variant: str) -> tuple[float, float]:
+    """(coefficient of share⁺, coefficient of share⁻): +α2 (S18); −1 (S26) or −α2 (v6 Eq. 5); 0 if unshaped."""
+    failure = (-(alpha2 if variant == "unified_v6" else 1.0)) if negative_shaping else 0.0
+    return alpha2, failure
+
+
+def share_conservation_totals(
+    scale: torch.Tensor, uniform: torch.Tensor, column_sum: torch.Tensor, column_count: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The conservation shortcut: Σ_{i∈set_t} share_{i,t} = d_t, so a segment's shares sum to its tokens.
+
+    Σ_i share_{i,t} = Σ_i x_{i,t} · scale_t + d_t · uniform_t = column_sum · scale + count · uniform,
+    which ``column_share_scale`` makes equal to count (d_t / Σx · Σx = d_t; an all-zero column
+    gives 1 per member). The fused pass uses it to get the set sums of the shaped rewards from
+    token counts, without a pass over the batch. Returns ``(share totals, token counts)`` per
+    segment ``(S,)`` float64, equal while the shortcut holds.
+    """
+    totals = (column_sum.to(torch.float64) * scale + column_count.to(torch.float64) * uniform).sum(-1)
+    return totals, column_count.to(torch.float64).sum(-1)
+
+
+def check_share_conservation(
+    scale: torch.Tensor, uniform: torch.Tensor, column_sum: torch.Tensor, column_count: torch.Tensor
+) -> None:
+    """Raise ``AssertionError`` if the shares of some segment do not sum to its token count."""
+    totals, counts = share_conservation_totals(scale, uniform, column_sum, column_count)
+    bad = (totals - counts).abs() > 1e-4 * counts.clamp_min(1.0)
+    if bool(bad.any()):
+        first = torch.nonzero(bad).flatten()[:3].tolist()
+        raise AssertionError(
+            f"column shares no longer sum to the token count in segments {first} (totals "
+            f"{totals[first].tolist()} vs counts {counts[first].tolist()}): the fused set means of "
+            "gtpo_token_advantage rely on it; update the pass layer with the share formula."
+        )
+
+
+# ----------------------------------------------------------------------------- readable twin
+
+
+def gtpo_token_advantage_reference(
+    entropy: torch.Tensor,
+    response_mask: torch.Tensor,
+    sequence_scores: torch.Tensor,
+    group_ids: torch.Tensor,
+    num_groups: int,
+    *,
+    alpha1: float,
+    alpha2: float,
+    success_threshold: float = 0.0,
+    negative_shaping: bool = False,
+    variant: str = "base",
+    entropy_share: str = "column",
+    adv_norm: str = "two_zero_filled",
+    kappa: float | None = None,
+    overlong_buffer_len: int | None = None,
+    max_response_len: int | None = None,
+    length_penalty_denominator: str = "l1",
+    uniform_outcome_groups: str = "keep",
+    std_unbiased: bool = True,
+    epsilon: float = 1e-6,
+) -> torch.Tensor:
+    """The readable twin of ``gtpo_token_advantage``: same arguments, same advantages ``(B, T)``.
+
+    Whole-tensor steps in the paper's order (several ``(B, T)`` temporaries; for tests and
+    reading, not for training).
+    """
+    dtype = torch.promote_types(entropy.dtype, torch.float32)
+    device = entropy.device
+    group_ids = group_ids.to(device)
+    mask = response_mask.to(dtype)
+    zero = torch.zeros((), dtype=dtype, device=device)
+    entropy = torch.where(mask > 0, entropy.detach().to(dtype), zero).clamp_min(0.0)  # H ≥ 0 on valid tokens
+    counts = mask.sum(-1)
+    success = (sequence_scores > success_threshold).to(device)
+    on_success = mask * success.to(dtype).unsqueeze(-1)  # (B, T) tokens of O+
+    on_failure = mask - on_success  # (B, T) tokens of O−
+    log_entropy = torch.log(entropy + epsilon)
+
+    coef_success, coef_failure = bonus_coefficients(alpha2=alpha2, negative_shaping=negative_shaping, variant=variant)
+    if entropy_share == "column":
+        share_success = column_share(entropy, on_success, group_ids, num_groups)  # (S18)
+    else:
+        share_success = geometric_share(entropy, log_entropy, on_success)  # (S20)
+    bonus = coef_success * share_success
+    if negative_shaping:
+        inverse = inverse_entropy(entropy, epsilon) * mask
+        if entropy_share == "column":
+            share_failure = column_share(inverse, on_failure, group_ids, num_groups)  # (S26)
+        else:
+            share_failure = geometric_share(inverse, -log_entropy, on_failure)  # (S27)
+        bonus = bonus + coef_failure * share_failure
+
+    if variant == "clipped_len":
+        penalty = overlong_length_penalty(
+            counts, buffer_len=overlong_buffer_len, max_len=max_response_len, denominator=length_penalty_denominator
+        ).to(dtype)
+        clipped = clipped_bonus(bonus, alpha1=alpha1, kappa=kappa) * on_success  # (S24)
+        rewards = clipped + bonus * on_failure + penalty.unsqueeze(-1) * mask  # (S25)
+    else:
+        rewards = bonus + outcome_reward(success, alpha1=alpha1, variant=variant).to(dtype).unsqueeze(-1) * mask
+
+    keep_rows = None
+    if uniform_outcome_groups == "zero_adv":
+        member = counts > 0
+        successes = group_sum((success & member).to(torch.int64), group_ids, num_groups)
+        sizes = group_sum(member.to(torch.int64), group_ids, num_groups)
+        keep_rows = ((successes > 0) & (successes < sizes))[group_ids]
+    negative_branch = negative_shaping or variant == "unified_v6"
+    return zscore_by_class_(
+        rewards,
+        mask,
+        counts,
+        success,
+        group_ids,
+        num_groups,
+        mode=adv_norm if negative_branch else "single_combined",
+        unbiased=std_unbiased,
+        epsilon=epsilon,
+        keep_rows=keep_rows,
+    )
+
+
+# ----------------------------------------------------------------------------- pass layer
 
 
 def gtpo_token_advantage(
@@ -81,7 +296,7 @@ def gtpo_token_advantage(
 
     Implements Eq. (S18) + (S21) (base), (S20) (``entropy_share="geometric"``), (S23)-(S25)
     (``variant="clipped_len"``), (S26)-(S29) (``negative_shaping``) and v6 Eq. 3/5/6
-    (``variant="unified_v6"``), arXiv:2508.04349.
+    (``variant="unified_v6"``), arXiv:2508.04349; docs/spec.md B.2-B.6.
 
     Rewards, for i ∈ O+ (r_i = 1) and j ∈ O−::
 
@@ -97,7 +312,8 @@ def gtpo_token_advantage(
     picks the sets (see ``normalization.py``); the default ``two_zero_filled`` is (S28)-(S30).
 
     Args:
-        entropy: ``(B, T)`` old-policy per-token entropy H_{i,t} (detached; float).
+        entropy: ``(B, T)`` old-policy per-token entropy H_{i,t} (detached; float). Values
+            below 0 (floating-point rounding) are taken as 0.
         response_mask: ``(B, T)`` 1 on response tokens (any dtype).
         sequence_scores: ``(B,)`` outcome score; O+ = ``score > success_threshold``, which
             reads verl's 0/1 and DAPO's ±1 scores alike.
@@ -111,15 +327,19 @@ def gtpo_token_advantage(
         ``TokenShaping`` with ``advantages`` ``(B, T)`` in ``promote(entropy, float32)``,
         exactly 0 outside ``response_mask``.
 
-    NOTE: H = 0 is handled as in Remark 2.1: 1/(H + ε) in the inverse share, and a column
-    whose entropies all vanish gives each active success a share of 1.
+    How the equations are fused (same result as ``gtpo_token_advantage_reference``):
 
-    Cost (docs/performance.md): two passes over the batch and one final scaling. The first
-    writes H (1/(H + ε) on failure rows) into the output and sums the columns of every
-    (group, class) segment; the second multiplies by the (segment, t) table of coefficient ·
-    share scales and adds reward − set mean, whose set sums need no pass because each
-    segment's shares sum to its token count. On the CPU both run in row blocks
-    (``RowBlocks``), so the output is the only ``(B, T)`` allocation.
+    1. entropy pass, over blocks of whole groups: x = H (1/(H + ε) on failure rows with
+       negative shaping) into the output, and the column sums Σx and counts d_t of each
+       (group, class) segment as one ``bmm`` per chunk of groups;
+    2. ``column_share_scale`` on those ``(2K, T)`` tables (or ``geometric_share``'s row means);
+    3. set means from the conservation shortcut (``share_conservation_totals``; checked when
+       ``DEBUG_CHECKS``), so no pass is needed for them;
+    4. reward pass, over row blocks: out ← coefficient · share + reward − set mean, and the
+       rows' squared deviations; a final scaling by 1/(std + ε).
+    ``clipped_len`` needs the rewards before their mean, so it centres in a third pass.
+    On the CPU the blocks keep every temporary block-sized (``RowBlocks``); the output is the
+    only ``(B, T)`` allocation.
     """
     dtype = torch.promote_types(entropy.dtype, torch.float32)
     device = entropy.device
@@ -127,66 +347,47 @@ def gtpo_token_advantage(
     success = (sequence_scores > success_threshold).to(device)
     negative_branch = negative_shaping or variant == "unified_v6"
     column = entropy_share == "column"
-    blocks = RowBlocks(response_mask, dtype)
 
-    # Segments of the column shares: success rows of group g → g; with negative shaping the
-    # failure rows of g → K + g (the two sets are disjoint, so one table serves Eq. S18 and
-    # S26); every other row → a last, empty segment whose coefficient is 0.
-    num_segments = num_groups * (2 if negative_shaping else 1) + 1
-    dummy = num_segments - 1
-    seg = torch.where(success, group_ids, group_ids + num_groups if negative_shaping else dummy)
-    # coefficient of each segment's share in the reward: +α2 (S18), −1 (S26) or −α2 (v6 Eq. 5)
-    fail_coef = -(alpha2 if variant == "unified_v6" else 1.0)
-    coef = torch.zeros(num_segments, dtype=torch.float64, device=device)
-    coef[:num_groups] = alpha2
-    if negative_shaping:
-        coef[num_groups:dummy] = fail_coef
+    # segment of a row = (group, class): 2g for O+, 2g + 1 for O−
+    seg = group_ids * 2 + (~success).to(torch.int64)
+    coef_success, coef_failure = bonus_coefficients(alpha2=alpha2, negative_shaping=negative_shaping, variant=variant)
+    coef = torch.tensor([coef_success, coef_failure], dtype=torch.float64, device=device).repeat(num_groups)
     row_coef = coef[seg]
 
-    out, counts, entropy_sums, shaped_sums, log_sums, col_sum, col_count = _entropy_pass(
-        entropy.detach(), blocks, success, seg, num_segments, dtype=dtype, epsilon=epsilon,
-        inverse=negative_shaping, column=column, geometric=not column,
+    passes = _entropy_pass(
+        entropy.detach(), response_mask, success, group_ids, num_groups, dtype=dtype, epsilon=epsilon,
+        inverse=negative_shaping, column=column,
     )
-    mean_entropy = entropy_sums / counts.clamp_min(1)
+    out, counts = passes.out, passes.counts
+    mean_entropy = passes.entropy_sums / counts.clamp_min(1)
 
-    # per-token share = shaped · table[seg] (+ mask · uniform[seg]) for column shares, or
-    # shaped · row factor for geometric ones
     share_table = uniform_table = share_row = None
     if column:
-        # x_{i,t} / mean_{k in set_t} x_{k,t} = x_{i,t} · count_t / Σ_k x_{k,t} (S18: H / ΣH · d_t);
-        # a column whose values all vanish gives each active member a share of 1 (Remark 2.1)
-        # In place on the (segments, T) tables (fresh tables cost page faults): count / sum is
-        # the share scale where sum > 0; ±inf where count > 0 but sum = 0 (uniform columns,
-        # marked −1); NaN where the column is empty (→ 0). Sums < 0 are clamped to 0 first, so
-        # every sum ≤ 0 is treated alike, as before.
-        share_table = col_count.div_(col_sum.clamp_min_(0.0)).nan_to_num_(nan=0.0, posinf=-1.0, neginf=-1.0)
-        members = share_table[:dummy]  # the last (dummy) segment has coefficient 0
-        if members.numel() and bool(members.amin() < 0):  # only all-zero-entropy columns need it
-            uniform_table = (share_table < 0).to(dtype)
-            uniform_table[dummy] = 0.0
-        share_table.clamp_min_(0.0)
+        col_sum, col_count = passes.col_sum.view(2 * num_groups, -1), passes.col_count.view(2 * num_groups, -1)
+        share_table, uniform_table = column_share_scale(col_sum, col_count)
+        if DEBUG_CHECKS:
+            check_share_conservation(share_table, uniform_table, col_sum, col_count)
+        if not bool(uniform_table.any()):  # only all-zero-entropy columns need it
+            uniform_table = None
     else:
-        # row geometric mean GM_i = (Π_t (H_{i,t} + ε))^{1/|o_i|} (S20); GM_i(1/H) = 1/GM_i (S27)
-        geo = torch.exp(log_sums / counts.clamp_min(1))
-        share_row = torch.where(success, 1.0 / geo, geo)
+        # share = x / exp(mean_t log x): 1/GM(H + ε) for O+ (S20), GM(H + ε) for x = 1/(H + ε) on O− (S27)
+        log_mean = passes.log_sums / counts.clamp_min(1)
+        share_row = torch.exp(torch.where(success, -log_mean, log_mean))
 
+    blocks = RowBlocks(response_mask, dtype)
     share_stats = None
     if return_share_stats:  # three reductions, for diagnostics only
         share_stats = _success_share_stats(out, blocks, success, seg, share_table, uniform_table, share_row)
 
     # fold the segment coefficients into the small tables (or the row factors)
     if column:
-        coef_column = coef.to(dtype).unsqueeze(-1)
-        share_table.mul_(coef_column)
+        share_table = share_table * coef.to(dtype).unsqueeze(-1)
         if uniform_table is not None:
-            uniform_table.mul_(coef_column)
+            uniform_table = uniform_table * coef.to(dtype).unsqueeze(-1)
     else:
         share_row = (share_row * row_coef).to(dtype)
 
-    success64 = success.to(torch.float64)
-    row_reward = success64 * alpha1  # r̃ = α1 + ... on O+ (S18), 0 on O−
-    if variant == "unified_v6":
-        row_reward = (2.0 * success64 - 1.0) * alpha1  # ±α1 (v6 Eq. 3, 5)
+    row_reward = outcome_reward(success, alpha1=alpha1, variant=variant)
     if variant == "clipped_len":
         row_reward = overlong_length_penalty(
             counts,
@@ -205,27 +406,22 @@ def gtpo_token_advantage(
     sets = class_sets(counts, success, group_ids, num_groups, mode=adv_norm if negative_branch else "single_combined")
 
     if variant != "clipped_len":
-        # The set sums of the shaped rewards need no (B, T) pass. Column shares sum to the
-        # column's member count (Σ_i H_{i,t}/Σ_k H_{k,t} · d_t = d_t; a uniform column gives 1
-        # per member), so a segment's shares sum to its token count; row factors sum to
-        # factor · Σ_t x_{i,t}.
+        # set sums without a pass: a segment's column shares sum to its token count
+        # (share_conservation_totals); row geometric factors sum to factor · Σ_t x_{i,t}
         row_totals = row_reward * counts.to(torch.float64)
         if column:
             row_totals = row_totals + row_coef * counts.to(torch.float64)
         else:
-            row_totals = row_totals + share_row.to(torch.float64) * shaped_sums.to(torch.float64)
-        set_sums = group_sum(row_totals, sets.set_ids, sets.num_sets)
-        set_mean = set_means(set_sums, sets)
+            row_totals = row_totals + share_row.to(torch.float64) * passes.shaped_sums.to(torch.float64)
+        set_mean = set_means(group_sum(row_totals, sets.set_ids, sets.num_sets), sets)
         # reward minus set mean on every valid token, added in the same pass as the shares
         row_shift = (row_reward - set_mean[sets.set_ids]).to(dtype)
-        row_sq_dev = _reward_pass_(
-            out, blocks, seg, share_table, uniform_table, share_row, row_shift, centred=True
-        )
+        row_sq_dev = _reward_pass_(out, blocks, seg, share_table, uniform_table, share_row, row_shift, centred=True)
     else:
         # (S24) needs the rewards before their mean: one pass for them, one for the centring
         row_totals = _reward_pass_(
             out, blocks, seg, share_table, uniform_table, share_row, row_reward.to(dtype), centred=False,
-            clip=(alpha1, 1.0, alpha1 * (1.0 + 1.0 / kappa)), success=success,
+            clip=(alpha1, kappa), success=success,
         )
         set_mean = set_means(group_sum(row_totals.to(torch.float64), sets.set_ids, sets.num_sets), sets)
         row_sq_dev = _centre_pass_(out, blocks, (-set_mean[sets.set_ids]).to(dtype))
@@ -239,66 +435,124 @@ def gtpo_token_advantage(
     return TokenShaping(advantages=out, success=success, mean_entropy=mean_entropy, share_stats=share_stats)
 
 
+class _EntropyPass(NamedTuple):
+    out: torch.Tensor  # (B, T) x = H·mask, or mask/(H·mask + ε) on failure rows (inverse)
+    counts: torch.Tensor  # (B,) valid tokens
+    entropy_sums: torch.Tensor  # (B,) Σ_t H·mask (H clamped at 0)
+    shaped_sums: torch.Tensor | None  # (B,) Σ_t x (geometric shares)
+    log_sums: torch.Tensor | None  # (B,) Σ_t log(H + ε) (geometric shares)
+    col_sum: torch.Tensor | None  # (K, 2, T) Σ_{k∈segment} x_{k,t} (column shares)
+    col_count: torch.Tensor | None  # (K, 2, T) valid members of the segment at t
+
+
+def _group_blocks(members: torch.Tensor, width: int, device: torch.device) -> list[slice]:
+    """Slices of groups, whole ``GROUP_CHUNK``s each, holding about ``block_elements`` elements."""
+    num_groups, slots = members.shape
+    per_chunk = max(1, GROUP_CHUNK * slots * max(1, width))
+    total = max(1, num_groups * slots * width)
+    chunks = max(1, block_elements(total, device) // per_chunk)
+    step = chunks * GROUP_CHUNK
+    return [slice(start, min(num_groups, start + step)) for start in range(0, num_groups, step)]
+
+
 def _entropy_pass(
     entropy: torch.Tensor,
-    blocks: RowBlocks,
+    response_mask: torch.Tensor,
     success: torch.Tensor,
-    seg: torch.Tensor,
-    num_segments: int,
+    group_ids: torch.Tensor,
+    num_groups: int,
     *,
     dtype: torch.dtype,
     epsilon: float,
     inverse: bool,
     column: bool,
-    geometric: bool,
-):
-    """First pass: the masked entropies (inverted on failure rows) and their sums and columns.
+) -> _EntropyPass:
+    """Pass 1 over blocks of whole groups: x into the output, row sums, segment column sums.
 
-    Returns ``(shaped, counts, entropy_sums, shaped_sums, log_sums, col_sum, col_count)``:
-    ``shaped`` ``(B, T)`` is H·mask on success rows and, with ``inverse``, mask/(H·mask + ε)
-    on failure rows (the 1/(H + ε) of Eq. S26); ``entropy_sums`` the row sums of H·mask
-    (garbage outside the mask ignored, non-finite values inside it a ``ValueError``);
-    ``shaped_sums`` the row sums of ``shaped``; ``log_sums`` Σ_t log(H + ε) (geometric);
-    ``col_sum``/``col_count`` ``(num_segments, T)`` the per-segment column sums of ``shaped``
-    and of the mask (column shares).
+    A block gathers its groups' rows (``members_matrix`` order, padded slots masked out),
+    computes x = max(H, 0)·mask (with ``inverse``, mask/(x + ε) on failure rows: Eq. S26's
+    1/(H + ε)), reduces the rows, sums each (group, class) segment's columns with a ``bmm``
+    against 0/1 class weights, and writes x back to its rows. Garbage outside the mask is
+    ignored; NaN/Inf inside it raises a ``ValueError``.
     """
-    batch, width = entropy.shape
-    device = entropy.device
-    out = torch.empty(batch, width, dtype=dtype, device=device)
-    counts = torch.empty(batch, dtype=dtype, device=device)
-    entropy_sums = torch.empty(batch, dtype=dtype, device=device)
-    shaped_sums = torch.empty(batch, dtype=dtype, device=device) if inverse and geometric else entropy_sums
-    log_sums = torch.empty(batch, dtype=dtype, device=device) if geometric else None
-    col_sum = col_count = None
+    batch, width = response_mask.shape
+    device = response_mask.device
+    members = members_matrix(group_ids, num_groups)  # (K, S) rows, -1 pads
+    slots = members.shape[1]
+    # one spare row/entry at index B collects the padded slots' writes
+    out_rows = torch.empty(batch + 1, width, dtype=dtype, device=device)
+    counts = torch.zeros(batch + 1, dtype=dtype, device=device)
+    entropy_sums = torch.zeros(batch + 1, dtype=dtype, device=device)
+    shaped_sums = torch.zeros(batch + 1, dtype=dtype, device=device) if inverse and not column else None
+    log_sums = None if column else torch.zeros(batch + 1, dtype=dtype, device=device)
+    col_sum = col_count = class_weights = None
     if column:
-        col_sum = torch.zeros(num_segments, width, dtype=dtype, device=device)
-        col_count = torch.zeros(num_segments, width, dtype=dtype, device=device)
+        col_sum = torch.zeros(num_groups, 2, width, dtype=dtype, device=device)
+        col_count = torch.zeros(num_groups, 2, width, dtype=dtype, device=device)
+        slot_class = torch.where(members >= 0, (~success).to(torch.int64)[members.clamp_min(0)], -1)
+        class_weights = torch.stack([slot_class == SUCCESS, slot_class == FAILURE], 1).to(dtype)  # (K, 2, S)
+    slot_success = torch.where(members >= 0, success[members.clamp_min(0)], True)  # (K, S)
     if inverse:
-        # ε on failure rows; +inf on success rows, where mask / inf adds exactly 0
-        inverse_offset = torch.where(
-            success.unsqueeze(-1),
-            torch.tensor(float("inf"), dtype=dtype, device=device),
-            torch.tensor(epsilon, dtype=dtype, device=device),
-        )
-        keep_success = success.to(dtype).unsqueeze(-1)
-    for block in blocks:
-        mask = blocks.mask(block)
-        shaped = out[block]
-        sums = masked_product_(entropy[block], mask, shaped, "entropy", first_row=block.start)
-        entropy_sums[block] = sums
-        torch.sum(mask, -1, out=counts[block])
-        if geometric:
-            logs = torch.add(shaped, epsilon, out=blocks.scratch(block)).log_()
-            log_sums[block] = row_dot(logs, mask)
+        # ε on failure slots; +inf on success slots, where mask / inf adds exactly 0
+        inf = torch.tensor(float("inf"), dtype=dtype, device=device)
+        inverse_offset = torch.where(slot_success, inf, torch.tensor(epsilon, dtype=dtype, device=device))
+        keep_success = slot_success.to(dtype)
+
+    rows_cap = min(num_groups, max((b.stop - b.start) for b in _group_blocks(members, width, device))) * slots
+    scratch = [torch.empty(rows_cap, width, dtype=dtype, device=device) for _ in range(3)]
+    entropy_buffer = torch.empty(rows_cap, width, dtype=entropy.dtype, device=device) if entropy.dtype != dtype else None
+    mask_buffer = (
+        torch.empty(rows_cap, width, dtype=response_mask.dtype, device=device) if response_mask.dtype != dtype else None
+    )
+    for groups in _group_blocks(members, width, device):
+        block_members = members[groups].reshape(-1)  # (n,)
+        n = block_members.numel()
+        padded = block_members < 0
+        gather_rows = block_members.clamp_min(0)
+        write_rows = torch.where(padded, batch, block_members)
+        mask = scratch[1][:n]
+        if mask_buffer is None:
+            torch.index_select(response_mask, 0, gather_rows, out=mask)
+        else:
+            mask.copy_(torch.index_select(response_mask, 0, gather_rows, out=mask_buffer[:n]))
+        if bool(padded.any()):
+            mask[padded] = 0.0
+        values = scratch[0][:n]
+        if entropy_buffer is None:
+            torch.index_select(entropy, 0, gather_rows, out=values)
+        else:
+            values.copy_(torch.index_select(entropy, 0, gather_rows, out=entropy_buffer[:n]))
+        # x = max(H, 0)·mask (rounding can make an entropy slightly negative); garbage-safe sums
+        sums = masked_product_(values, mask, values, "entropy", clamp_min=0.0, source=(entropy, gather_rows))
+        entropy_sums[write_rows] = sums
+        counts[write_rows] = mask.sum(-1)
+        if not column:
+            logs = torch.add(values, epsilon, out=scratch[2][:n]).log_()
+            log_sums[write_rows] = row_dot(logs, mask)
         if inverse:
-            offset = torch.add(shaped, inverse_offset[block], out=blocks.scratch(block))
-            shaped.mul_(keep_success[block]).addcdiv_(mask, offset)
-            if geometric:
-                shaped_sums[block] = shaped.sum(-1)
+            offset = torch.add(values, inverse_offset[groups].reshape(-1, 1), out=scratch[2][:n])
+            values.mul_(keep_success[groups].reshape(-1, 1)).addcdiv_(mask, offset)
+            if not column:
+                shaped_sums[write_rows] = values.sum(-1)
         if column:
-            col_sum.index_add_(0, seg[block], shaped)
-            col_count.index_add_(0, seg[block], mask)
-    return out, counts, entropy_sums, shaped_sums, log_sums, col_sum, col_count
+            for start in range(groups.start, groups.stop, GROUP_CHUNK):
+                stop = min(groups.stop, start + GROUP_CHUNK)
+                lo, hi = (start - groups.start) * slots, (stop - groups.start) * slots
+                weights = class_weights[start:stop]
+                torch.bmm(weights, values[lo:hi].view(stop - start, slots, width), out=col_sum[start:stop])
+                torch.bmm(weights, mask[lo:hi].view(stop - start, slots, width), out=col_count[start:stop])
+        out_rows.index_copy_(0, write_rows, values)
+    if not column and not inverse:
+        shaped_sums = entropy_sums  # x = H·mask
+    return _EntropyPass(
+        out=out_rows[:batch],
+        counts=counts[:batch],
+        entropy_sums=entropy_sums[:batch],
+        shaped_sums=None if shaped_sums is None else shaped_sums[:batch],
+        log_sums=None if log_sums is None else log_sums[:batch],
+        col_sum=col_sum,
+        col_count=col_count,
+    )
 
 
 def _apply_shares_(
@@ -331,14 +585,14 @@ def _reward_pass_(
     row_shift: torch.Tensor,
     *,
     centred: bool,
-    clip: tuple[float, float, float] | None = None,
+    clip: tuple[float, float] | None = None,
     success: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Second pass: ``out`` ← coefficient · share + mask · ``row_shift`` on every valid token.
+    """Pass 2: ``out`` ← coefficient · share + mask · ``row_shift`` on every valid token.
 
     ``centred``: ``row_shift`` is reward − set mean; returns the rows' Σ (value)² for the std.
-    Otherwise (``clip = (α1, low, high)``, Eq. S24) success rows get clip(α1 + α2·share, low,
-    high) first, and the return value is the rows' sums (for the set means).
+    Otherwise (``clip = (α1, κ)``, Eq. S24) success rows get ``clipped_bonus`` first, and the
+    return value is the rows' sums (for the set means).
     """
     totals = torch.empty(out.shape[0], dtype=out.dtype, device=out.device)
     if clip is not None:
@@ -348,8 +602,8 @@ def _reward_pass_(
         mask = blocks.mask(block)
         shaped = _apply_shares_(out[block], mask, block, blocks, seg, table, uniform, row_factor)
         if clip is not None:
-            alpha1, low, high = clip
-            clipped = torch.add(shaped, alpha1, out=blocks.scratch(block)).clamp_(low, high)
+            alpha1, kappa = clip
+            clipped = clipped_bonus(shaped, alpha1=alpha1, kappa=kappa, out=blocks.scratch(block))
             clipped.mul_(mask).mul_(is_success[block])
             shaped.mul_(not_success[block]).add_(clipped)
         shaped.addcmul_(mask, row_shift[block].unsqueeze(-1))
@@ -398,6 +652,16 @@ __all__ = [
     "TOKEN_VARIANTS",
     "UNIFORM_GROUP_MODES",
     "TokenShaping",
+    "bonus_coefficients",
+    "check_share_conservation",
+    "clipped_bonus",
+    "column_share",
+    "column_share_scale",
+    "geometric_share",
     "gtpo_token_advantage",
+    "gtpo_token_advantage_reference",
+    "inverse_entropy",
+    "outcome_reward",
     "overlong_length_penalty",
+    "share_conservation_totals",
 ]
