@@ -1,7 +1,7 @@
 """Group-relative z-scores of per-token or per-sequence rewards (GRPO's normalisation).
 
 Paper B normalises shaped rewards "as in GRPO", over sets that its text leaves open; the
-readings are in ALGORITHMS.md §B.4(d). The three modes below are the `adv_norm` switch:
+readings are in docs/spec.md B.6. The three modes below are the `adv_norm` switch:
 
 - ``single_combined``: one z-score over every valid token of the group (Eq. S21; v6 App. B Eq. 46).
 - ``two_zero_filled``: successes and failures each get a z-score computed over *all* tokens
