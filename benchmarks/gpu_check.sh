@@ -3,7 +3,7 @@
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]
 #
-# 1. runs benchmarks/bench_estimators.py on CUDA tensors at the default sizes (64x16x1024 and
+# 1. runs python -m benchmarks.bench_estimators on CUDA tensors at the default sizes (64x16x1024 and
 #    128x16x4096; 5 round-robin repeats, synchronised timings, peak memory from
 #    torch.cuda.max_memory_allocated);
 # 2. checks that every estimator's CUDA output equals its CPU output (torch.allclose,
