@@ -330,13 +330,13 @@ def gtpo_token_advantage(
     How the equations are fused (same result as ``gtpo_token_advantage_reference``):
 
     1. entropy pass, over blocks of whole groups: x = H (1/(H + ε) on failure rows with
-       negative shaping) into the output, and the column sums Σx and counts d_t of each
+       negative shaping), its row sums, and the column sums Σx and counts d_t of each
        (group, class) segment as one ``bmm`` per chunk of groups;
     2. ``column_share_scale`` on those ``(2K, T)`` tables (or ``geometric_share``'s row means);
     3. set means from the conservation shortcut (``share_conservation_totals``; checked when
        ``DEBUG_CHECKS``), so no pass is needed for them;
-    4. reward pass, over row blocks: out ← coefficient · share + reward − set mean, and the
-       rows' squared deviations; a final scaling by 1/(std + ε).
+    4. reward pass, over row blocks: x again, then out ← coefficient · share + reward − set
+       mean, and the rows' squared deviations; a final scaling by 1/(std + ε).
     ``clipped_len`` needs the rewards before their mean, so it centres in a third pass.
     On the CPU the blocks keep every temporary block-sized (``RowBlocks``); the output is the
     only ``(B, T)`` allocation.
@@ -354,11 +354,15 @@ def gtpo_token_advantage(
     coef = torch.tensor([coef_success, coef_failure], dtype=torch.float64, device=device).repeat(num_groups)
     row_coef = coef[seg]
 
+    entropy = entropy.detach()
     passes = _entropy_pass(
-        entropy.detach(), response_mask, success, group_ids, num_groups, dtype=dtype, epsilon=epsilon,
+        entropy, response_mask, success, group_ids, num_groups, dtype=dtype, epsilon=epsilon,
         inverse=negative_shaping, column=column,
     )
-    out, counts = passes.out, passes.counts
+    counts = passes.counts
+    # pass 2 recomputes x = max(H, 0)·mask (1/(H + ε) on failure rows) block by block into the output
+    shaped = _Shaped(entropy, success, dtype=dtype, epsilon=epsilon, inverse=negative_shaping)
+    out = torch.empty(response_mask.shape, dtype=dtype, device=device)
     mean_entropy = passes.entropy_sums / counts.clamp_min(1)
 
     share_table = uniform_table = share_row = None
@@ -377,7 +381,7 @@ def gtpo_token_advantage(
     blocks = RowBlocks(response_mask, dtype)
     share_stats = None
     if return_share_stats:  # three reductions, for diagnostics only
-        share_stats = _success_share_stats(out, blocks, success, seg, share_table, uniform_table, share_row)
+        share_stats = _success_share_stats(shaped, blocks, success, seg, share_table, uniform_table, share_row)
 
     # fold the segment coefficients into the small tables (or the row factors)
     if column:
@@ -416,11 +420,13 @@ def gtpo_token_advantage(
         set_mean = set_means(group_sum(row_totals, sets.set_ids, sets.num_sets), sets)
         # reward minus set mean on every valid token, added in the same pass as the shares
         row_shift = (row_reward - set_mean[sets.set_ids]).to(dtype)
-        row_sq_dev = _reward_pass_(out, blocks, seg, share_table, uniform_table, share_row, row_shift, centred=True)
+        row_sq_dev = _reward_pass_(
+            out, shaped, blocks, seg, share_table, uniform_table, share_row, row_shift, centred=True
+        )
     else:
         # (S24) needs the rewards before their mean: one pass for them, one for the centring
         row_totals = _reward_pass_(
-            out, blocks, seg, share_table, uniform_table, share_row, row_reward.to(dtype), centred=False,
+            out, shaped, blocks, seg, share_table, uniform_table, share_row, row_reward.to(dtype), centred=False,
             clip=(alpha1, kappa), success=success,
         )
         set_mean = set_means(group_sum(row_totals.to(torch.float64), sets.set_ids, sets.num_sets), sets)
@@ -436,13 +442,44 @@ def gtpo_token_advantage(
 
 
 class _EntropyPass(NamedTuple):
-    out: torch.Tensor  # (B, T) x = H·mask, or mask/(H·mask + ε) on failure rows (inverse)
     counts: torch.Tensor  # (B,) valid tokens
-    entropy_sums: torch.Tensor  # (B,) Σ_t H·mask (H clamped at 0)
+    entropy_sums: torch.Tensor  # (B,) Σ_t max(H, 0)·mask
     shaped_sums: torch.Tensor | None  # (B,) Σ_t x (geometric shares)
     log_sums: torch.Tensor | None  # (B,) Σ_t log(H + ε) (geometric shares)
     col_sum: torch.Tensor | None  # (K, 2, T) Σ_{k∈segment} x_{k,t} (column shares)
     col_count: torch.Tensor | None  # (K, 2, T) valid members of the segment at t
+
+
+class _Shaped:
+    """x of a row block: max(H, 0)·mask, and mask / (that + ε) on failure rows with ``inverse``.
+
+    The clamp makes a rounding-negative entropy 0; 1/(H + ε) is ``inverse_entropy`` (Eq. S26),
+    fused here as mask / (H·mask + offset) with offset ε on failure rows and +inf on success
+    rows (where it adds exactly 0). Garbage outside the mask is ignored; NaN/Inf inside it
+    raises a ``ValueError``.
+    """
+
+    def __init__(self, entropy: torch.Tensor, success: torch.Tensor, *, dtype, epsilon: float, inverse: bool):
+        self.entropy, self.inverse = entropy, inverse
+        if inverse:
+            device = entropy.device
+            inf = torch.tensor(float("inf"), dtype=dtype, device=device)
+            self.offset = torch.where(success, inf, torch.tensor(epsilon, dtype=dtype, device=device)).unsqueeze(-1)
+            self.keep = success.to(dtype).unsqueeze(-1)
+
+    def rows_(self, out: torch.Tensor, mask: torch.Tensor, rows, scratch: torch.Tensor, values=None):
+        """Write x of ``rows`` (a slice, or an index tensor with ``values`` = entropy[rows]) into ``out``.
+
+        Returns the row sums of max(H, 0)·mask (before the inversion).
+        """
+        if values is None:
+            sums = masked_product_(self.entropy[rows], mask, out, "entropy", first_row=rows.start, clamp_min=0.0)
+        else:
+            sums = masked_product_(values, mask, out, "entropy", clamp_min=0.0, source=(self.entropy, rows))
+        if self.inverse:
+            offset = torch.add(out, self.offset[rows], out=scratch)
+            out.mul_(self.keep[rows]).addcdiv_(mask, offset)
+        return sums
 
 
 def _group_blocks(members: torch.Tensor, width: int, device: torch.device) -> list[slice]:
@@ -467,96 +504,105 @@ def _entropy_pass(
     inverse: bool,
     column: bool,
 ) -> _EntropyPass:
-    """Pass 1 over blocks of whole groups: x into the output, row sums, segment column sums.
+    """Pass 1: row sums of x, and (column shares) the column sums of every (group, class) segment.
 
-    A block gathers its groups' rows (``members_matrix`` order, padded slots masked out),
-    computes x = max(H, 0)·mask (with ``inverse``, mask/(x + ε) on failure rows: Eq. S26's
-    1/(H + ε)), reduces the rows, sums each (group, class) segment's columns with a ``bmm``
-    against 0/1 class weights, and writes x back to its rows. Garbage outside the mask is
-    ignored; NaN/Inf inside it raises a ``ValueError``.
+    Column shares: over blocks of whole groups, gathered in ``members_matrix`` order (padded
+    slots masked out), x is computed in a scratch buffer and each segment's columns are summed
+    with a ``bmm`` against 0/1 class weights, one per ``GROUP_CHUNK`` groups. Geometric shares:
+    plain row blocks, and the rows' Σ log(H + ε).
     """
     batch, width = response_mask.shape
     device = response_mask.device
-    members = members_matrix(group_ids, num_groups)  # (K, S) rows, -1 pads
-    slots = members.shape[1]
-    # one spare row/entry at index B collects the padded slots' writes
-    out_rows = torch.empty(batch + 1, width, dtype=dtype, device=device)
+    # one spare entry at index B collects the padded slots' writes
     counts = torch.zeros(batch + 1, dtype=dtype, device=device)
     entropy_sums = torch.zeros(batch + 1, dtype=dtype, device=device)
-    shaped_sums = torch.zeros(batch + 1, dtype=dtype, device=device) if inverse and not column else None
-    log_sums = None if column else torch.zeros(batch + 1, dtype=dtype, device=device)
-    col_sum = col_count = class_weights = None
-    if column:
-        col_sum = torch.zeros(num_groups, 2, width, dtype=dtype, device=device)
-        col_count = torch.zeros(num_groups, 2, width, dtype=dtype, device=device)
-        slot_class = torch.where(members >= 0, (~success).to(torch.int64)[members.clamp_min(0)], -1)
-        class_weights = torch.stack([slot_class == SUCCESS, slot_class == FAILURE], 1).to(dtype)  # (K, 2, S)
-    slot_success = torch.where(members >= 0, success[members.clamp_min(0)], True)  # (K, S)
-    if inverse:
-        # ε on failure slots; +inf on success slots, where mask / inf adds exactly 0
-        inf = torch.tensor(float("inf"), dtype=dtype, device=device)
-        inverse_offset = torch.where(slot_success, inf, torch.tensor(epsilon, dtype=dtype, device=device))
-        keep_success = slot_success.to(dtype)
+    if not column:
+        return _geometric_row_pass(entropy, response_mask, success, counts, entropy_sums, dtype=dtype,
+                                   epsilon=epsilon, inverse=inverse)
+    members = members_matrix(group_ids, num_groups)  # (K, S) rows, -1 pads
+    slots = members.shape[1]
+    col_sum = torch.zeros(num_groups, 2, width, dtype=dtype, device=device)
+    col_count = torch.zeros(num_groups, 2, width, dtype=dtype, device=device)
+    slot_rows = members.clamp_min(0)
+    slot_class = torch.where(members >= 0, (~success).to(torch.int64)[slot_rows], -1)
+    class_weights = torch.stack([slot_class == SUCCESS, slot_class == FAILURE], 1).to(dtype)  # (K, 2, S)
+    # padded slots gather row 0 and are masked out; as success slots they take no inversion
+    shaped = _Shaped(entropy, torch.where(members >= 0, success[slot_rows], True).reshape(-1),
+                     dtype=dtype, epsilon=epsilon, inverse=inverse)
 
-    rows_cap = min(num_groups, max((b.stop - b.start) for b in _group_blocks(members, width, device))) * slots
-    scratch = [torch.empty(rows_cap, width, dtype=dtype, device=device) for _ in range(3)]
+    group_blocks = _group_blocks(members, width, device)
+    rows_cap = max(b.stop - b.start for b in group_blocks) * slots if group_blocks else 0
+    x_buffer, mask_buffer, offset_buffer = (torch.empty(rows_cap, width, dtype=dtype, device=device) for _ in range(3))
     entropy_buffer = torch.empty(rows_cap, width, dtype=entropy.dtype, device=device) if entropy.dtype != dtype else None
-    mask_buffer = (
+    gather_buffer = (
         torch.empty(rows_cap, width, dtype=response_mask.dtype, device=device) if response_mask.dtype != dtype else None
     )
-    for groups in _group_blocks(members, width, device):
-        block_members = members[groups].reshape(-1)  # (n,)
+    for groups in group_blocks:
+        block_members = members[groups].reshape(-1)  # (n,) batch rows of the block's slots
         n = block_members.numel()
         padded = block_members < 0
         gather_rows = block_members.clamp_min(0)
         write_rows = torch.where(padded, batch, block_members)
-        mask = scratch[1][:n]
-        if mask_buffer is None:
+        mask = mask_buffer[:n]
+        if gather_buffer is None:
             torch.index_select(response_mask, 0, gather_rows, out=mask)
         else:
-            mask.copy_(torch.index_select(response_mask, 0, gather_rows, out=mask_buffer[:n]))
+            mask.copy_(torch.index_select(response_mask, 0, gather_rows, out=gather_buffer[:n]))
         if bool(padded.any()):
             mask[padded] = 0.0
-        values = scratch[0][:n]
+        x = x_buffer[:n]
         if entropy_buffer is None:
-            torch.index_select(entropy, 0, gather_rows, out=values)
+            torch.index_select(entropy, 0, gather_rows, out=x)
         else:
-            values.copy_(torch.index_select(entropy, 0, gather_rows, out=entropy_buffer[:n]))
-        # x = max(H, 0)·mask (rounding can make an entropy slightly negative); garbage-safe sums
-        sums = masked_product_(values, mask, values, "entropy", clamp_min=0.0, source=(entropy, gather_rows))
+            x.copy_(torch.index_select(entropy, 0, gather_rows, out=entropy_buffer[:n]))
+        slot_index = torch.arange(groups.start * slots, groups.start * slots + n, device=device)
+        sums = _gathered_rows_(shaped, x, mask, gather_rows, slot_index, offset_buffer[:n])
         entropy_sums[write_rows] = sums
         counts[write_rows] = mask.sum(-1)
-        if not column:
-            logs = torch.add(values, epsilon, out=scratch[2][:n]).log_()
-            log_sums[write_rows] = row_dot(logs, mask)
+        for start in range(groups.start, groups.stop, GROUP_CHUNK):
+            stop = min(groups.stop, start + GROUP_CHUNK)
+            lo, hi = (start - groups.start) * slots, (stop - groups.start) * slots
+            weights = class_weights[start:stop]
+            torch.bmm(weights, x[lo:hi].view(stop - start, slots, width), out=col_sum[start:stop])
+            torch.bmm(weights, mask[lo:hi].view(stop - start, slots, width), out=col_count[start:stop])
+    return _EntropyPass(counts[:batch], entropy_sums[:batch], None, None, col_sum, col_count)
+
+
+def _gathered_rows_(shaped: _Shaped, x, mask, gather_rows, slot_index, scratch) -> torch.Tensor:
+    """x of gathered rows, in place in ``x`` (which holds entropy[gather_rows]); returns the row sums."""
+    sums = masked_product_(x, mask, x, "entropy", clamp_min=0.0, source=(shaped.entropy, gather_rows))
+    if shaped.inverse:
+        offset = torch.add(x, shaped.offset[slot_index], out=scratch)
+        x.mul_(shaped.keep[slot_index]).addcdiv_(mask, offset)
+    return sums
+
+
+def _geometric_row_pass(entropy, response_mask, success, counts, entropy_sums, *, dtype, epsilon, inverse):
+    """Pass 1 for geometric shares, over row blocks: counts, Σ x, Σ_t log(H + ε)."""
+    batch = response_mask.shape[0]
+    blocks = RowBlocks(response_mask, dtype)
+    shaped = _Shaped(entropy, success, dtype=dtype, epsilon=epsilon, inverse=inverse)
+    log_sums = torch.empty(batch, dtype=dtype, device=entropy.device)
+    shaped_sums = torch.empty(batch, dtype=dtype, device=entropy.device) if inverse else None
+    for block in blocks:
+        mask = blocks.mask(block)
+        x = blocks.scratch(block, 0)
+        entropy_sums[block] = masked_product_(entropy[block], mask, x, "entropy", first_row=block.start,
+                                              clamp_min=0.0)
+        torch.sum(mask, -1, out=counts[block])
+        logs = torch.add(x, epsilon, out=blocks.scratch(block, 1)).log_()
+        log_sums[block] = row_dot(logs, mask)
         if inverse:
-            offset = torch.add(values, inverse_offset[groups].reshape(-1, 1), out=scratch[2][:n])
-            values.mul_(keep_success[groups].reshape(-1, 1)).addcdiv_(mask, offset)
-            if not column:
-                shaped_sums[write_rows] = values.sum(-1)
-        if column:
-            for start in range(groups.start, groups.stop, GROUP_CHUNK):
-                stop = min(groups.stop, start + GROUP_CHUNK)
-                lo, hi = (start - groups.start) * slots, (stop - groups.start) * slots
-                weights = class_weights[start:stop]
-                torch.bmm(weights, values[lo:hi].view(stop - start, slots, width), out=col_sum[start:stop])
-                torch.bmm(weights, mask[lo:hi].view(stop - start, slots, width), out=col_count[start:stop])
-        out_rows.index_copy_(0, write_rows, values)
-    if not column and not inverse:
-        shaped_sums = entropy_sums  # x = H·mask
-    return _EntropyPass(
-        out=out_rows[:batch],
-        counts=counts[:batch],
-        entropy_sums=entropy_sums[:batch],
-        shaped_sums=None if shaped_sums is None else shaped_sums[:batch],
-        log_sums=None if log_sums is None else log_sums[:batch],
-        col_sum=col_sum,
-        col_count=col_count,
-    )
+            offset = torch.add(x, shaped.offset[block], out=blocks.scratch(block, 1))
+            x.mul_(shaped.keep[block]).addcdiv_(mask, offset)
+            shaped_sums[block] = x.sum(-1)
+    entropy_sums = entropy_sums[:batch]
+    return _EntropyPass(counts[:batch], entropy_sums, entropy_sums if shaped_sums is None else shaped_sums,
+                        log_sums, None, None)
 
 
 def _apply_shares_(
-    shaped: torch.Tensor,
+    x: torch.Tensor,
     mask: torch.Tensor,
     block: slice,
     blocks: RowBlocks,
@@ -565,18 +611,19 @@ def _apply_shares_(
     uniform: torch.Tensor | None,
     row_factor: torch.Tensor | None,
 ) -> torch.Tensor:
-    """``shaped[block] ← shaped · table[seg] + mask · uniform[seg]`` (column) or ``· row_factor``."""
+    """``x ← x · table[seg] + mask · uniform[seg]`` (column) or ``x · row_factor`` (geometric), in place."""
     if table is None:
-        return shaped.mul_(row_factor[block].unsqueeze(-1))
+        return x.mul_(row_factor[block].unsqueeze(-1))
     gathered = torch.index_select(table, 0, seg[block], out=blocks.scratch(block, 1))
-    shaped.mul_(gathered)
+    x.mul_(gathered)
     if uniform is not None:
-        shaped.addcmul_(torch.index_select(uniform, 0, seg[block], out=gathered), mask)
-    return shaped
+        x.addcmul_(torch.index_select(uniform, 0, seg[block], out=gathered), mask)
+    return x
 
 
 def _reward_pass_(
     out: torch.Tensor,
+    shaped: _Shaped,
     blocks: RowBlocks,
     seg: torch.Tensor,
     table: torch.Tensor | None,
@@ -600,14 +647,16 @@ def _reward_pass_(
         not_success = (~success).to(out.dtype).unsqueeze(-1)
     for block in blocks:
         mask = blocks.mask(block)
-        shaped = _apply_shares_(out[block], mask, block, blocks, seg, table, uniform, row_factor)
+        x = out[block]
+        shaped.rows_(x, mask, block, blocks.scratch(block, 0))
+        x = _apply_shares_(x, mask, block, blocks, seg, table, uniform, row_factor)
         if clip is not None:
             alpha1, kappa = clip
-            clipped = clipped_bonus(shaped, alpha1=alpha1, kappa=kappa, out=blocks.scratch(block))
+            clipped = clipped_bonus(x, alpha1=alpha1, kappa=kappa, out=blocks.scratch(block))
             clipped.mul_(mask).mul_(is_success[block])
-            shaped.mul_(not_success[block]).add_(clipped)
-        shaped.addcmul_(mask, row_shift[block].unsqueeze(-1))
-        totals[block] = row_sum_squares(shaped) if centred else shaped.sum(-1)
+            x.mul_(not_success[block]).add_(clipped)
+        x.addcmul_(mask, row_shift[block].unsqueeze(-1))
+        totals[block] = row_sum_squares(x) if centred else x.sum(-1)
     return totals
 
 
@@ -621,7 +670,7 @@ def _centre_pass_(out: torch.Tensor, blocks: RowBlocks, row_shift: torch.Tensor)
 
 
 def _success_share_stats(
-    shaped: torch.Tensor,
+    shaped: _Shaped,
     blocks: RowBlocks,
     success: torch.Tensor,
     seg: torch.Tensor,
@@ -630,12 +679,14 @@ def _success_share_stats(
     row_factor: torch.Tensor | None,
 ) -> torch.Tensor:
     """Return float64 (Σ, Σ², max) of the success tokens' shares (0 elsewhere), for diagnostics."""
-    batch = shaped.shape[0]
-    row_sum = torch.zeros(batch, dtype=torch.float64, device=shaped.device)
+    batch = success.shape[0]
+    row_sum = torch.zeros(batch, dtype=torch.float64, device=success.device)
     row_sq, row_max = row_sum.clone(), row_sum.clone()
     for block in blocks:
-        share = blocks.scratch(block, 2).copy_(shaped[block])
-        share = _apply_shares_(share, blocks.mask(block), block, blocks, seg, table, uniform, row_factor)
+        mask = blocks.mask(block)
+        share = blocks.scratch(block, 2)
+        shaped.rows_(share, mask, block, blocks.scratch(block, 0))
+        share = _apply_shares_(share, mask, block, blocks, seg, table, uniform, row_factor)
         row_sum[block] = share.sum(-1).to(torch.float64)
         row_sq[block] = row_sum_squares(share).to(torch.float64)
         if share.shape[1]:
