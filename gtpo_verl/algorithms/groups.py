@@ -31,7 +31,7 @@ CPU_BLOCK_ELEMENTS = 1 << 18
 # threads; when a neighbour process holds a core, each wait costs a scheduler time slice. So a
 # multi-threaded call splits the batch into at most this many blocks (few, large regions), with
 # CPU_BLOCK_ELEMENTS as the lower bound. Scratch buffers are then (B, T) / this each.
-PARALLEL_BLOCKS = 16
+PARALLEL_BLOCKS = 8
 
 
 def block_elements(numel: int, device: torch.device) -> int:

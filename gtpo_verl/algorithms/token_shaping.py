@@ -43,9 +43,10 @@ UNIFORM_GROUP_MODES = ("keep", "zero_adv")
 LENGTH_DENOMINATORS = ("l1", "l2")
 # Debug mode (env GTPO_VERL_DEBUG=1): assert the share conservation the fused pass relies on.
 DEBUG_CHECKS = os.environ.get("GTPO_VERL_DEBUG", "") not in ("", "0")
-# Groups per column-sum ``bmm``: the calls always cover the same aligned chunks of groups, so
-# the sums do not depend on how the batch is split into blocks (bitwise).
-GROUP_CHUNK = 8
+# Elements per column-sum ``bmm`` (whole groups, at least one): the calls always cover the same
+# aligned chunks of groups, fixed by the batch's shape, so the sums do not depend on how the
+# batch is split into blocks or on the thread count (bitwise).
+CHUNK_ELEMENTS = 1 << 19
 SUCCESS, FAILURE = 0, 1  # class index of a row inside its group's two segments
 
 
@@ -482,13 +483,18 @@ class _Shaped:
         return sums
 
 
+def _chunk_groups(slots: int, width: int) -> int:
+    """Groups per column-sum ``bmm``: about ``CHUNK_ELEMENTS`` gathered elements, at least one group."""
+    return max(1, CHUNK_ELEMENTS // max(1, slots * width))
+
+
 def _group_blocks(members: torch.Tensor, width: int, device: torch.device) -> list[slice]:
-    """Slices of groups, whole ``GROUP_CHUNK``s each, holding about ``block_elements`` elements."""
+    """Slices of groups, whole bmm chunks each, holding about ``block_elements`` elements."""
     num_groups, slots = members.shape
-    per_chunk = max(1, GROUP_CHUNK * slots * max(1, width))
+    chunk = _chunk_groups(slots, width)
+    per_chunk = max(1, chunk * slots * max(1, width))
     total = max(1, num_groups * slots * width)
-    chunks = max(1, block_elements(total, device) // per_chunk)
-    step = chunks * GROUP_CHUNK
+    step = max(1, block_elements(total, device) // per_chunk) * chunk
     return [slice(start, min(num_groups, start + step)) for start in range(0, num_groups, step)]
 
 
@@ -508,7 +514,7 @@ def _entropy_pass(
 
     Column shares: over blocks of whole groups, gathered in ``members_matrix`` order (padded
     slots masked out), x is computed in a scratch buffer and each segment's columns are summed
-    with a ``bmm`` against 0/1 class weights, one per ``GROUP_CHUNK`` groups. Geometric shares:
+    with a ``bmm`` against 0/1 class weights, one per chunk of groups (``CHUNK_ELEMENTS``). Geometric shares:
     plain row blocks, and the rows' Σ log(H + ε).
     """
     batch, width = response_mask.shape
@@ -531,6 +537,7 @@ def _entropy_pass(
                      dtype=dtype, epsilon=epsilon, inverse=inverse)
 
     group_blocks = _group_blocks(members, width, device)
+    chunk = _chunk_groups(slots, width)
     rows_cap = max(b.stop - b.start for b in group_blocks) * slots if group_blocks else 0
     x_buffer, mask_buffer, offset_buffer = (torch.empty(rows_cap, width, dtype=dtype, device=device) for _ in range(3))
     entropy_buffer = torch.empty(rows_cap, width, dtype=entropy.dtype, device=device) if entropy.dtype != dtype else None
@@ -559,8 +566,8 @@ def _entropy_pass(
         sums = _gathered_rows_(shaped, x, mask, gather_rows, slot_index, offset_buffer[:n])
         entropy_sums[write_rows] = sums
         counts[write_rows] = mask.sum(-1)
-        for start in range(groups.start, groups.stop, GROUP_CHUNK):
-            stop = min(groups.stop, start + GROUP_CHUNK)
+        for start in range(groups.start, groups.stop, chunk):
+            stop = min(groups.stop, start + chunk)
             lo, hi = (start - groups.start) * slots, (stop - groups.start) * slots
             weights = class_weights[start:stop]
             torch.bmm(weights, x[lo:hi].view(stop - start, slots, width), out=col_sum[start:stop])
