@@ -4,8 +4,10 @@ and token-id fetch from TransferQueue, against verl's own `grpo` on the same bat
     python -m benchmarks.bench_advantage_step [--prompts 64 --group 16 --length 1024 --repeats 5]
 
 Runs `PPOTrainer._compute_advantage` (the real method, through `GTPOTrainerMixin`) against
-a real local TransferQueue (Ray + SimpleStorage). Prints median wall time per estimator
-and the ratio to `grpo`, interleaving the candidates round-robin.
+a real local TransferQueue (Ray + SimpleStorage). Prints median wall time per estimator,
+the ratio to `grpo` and the added cost (ours − grpo), interleaving the candidates round-robin
+with the order rotated every round. Starts Ray: on a shared machine run it under the lock
+other Ray users take (e.g. `flock /tmp/gtpo_ray.lock python -m benchmarks.bench_advantage_step`).
 """
 
 from __future__ import annotations
@@ -86,18 +88,24 @@ def main() -> None:
         trainer.config = config_for(estimator)
         trainers[estimator] = trainer
     times: dict[str, list[float]] = {name: [] for name in trainers}
+    names = list(trainers)
+    load_before = os.getloadavg()
     for repeat in range(args.repeats + 1):
-        for name, trainer in trainers.items():
+        shift = repeat % len(names)  # rotate the order, so no estimator always follows another
+        for name in names[shift:] + names[:shift]:
             start = time.perf_counter()
-            trainer._compute_advantage(meta, {})
+            trainers[name]._compute_advantage(meta, {})
             if repeat:  # the first round warms up
                 times[name].append(time.perf_counter() - start)
     base = statistics.median(times["grpo"])
-    print(f"advantage step, {args.prompts}x{args.group}x{args.length} ({rows} responses), median of {args.repeats}")
-    print("| estimator | median ms | ratio to verl grpo |\n|---|---:|---:|")
+    print(f"advantage step, {args.prompts}x{args.group}x{args.length} ({rows} responses), median of "
+          f"{args.repeats} interleaved rounds, torch threads {torch.get_num_threads()}, load average "
+          f"{[round(x, 2) for x in load_before]} -> {[round(x, 2) for x in os.getloadavg()]}")
+    print("| estimator | median ms | ratio to verl grpo | added cost vs verl grpo |\n|---|---:|---:|---:|")
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"| {name} | {median * 1e3:.1f} | {median / base:.2f}x |")
+        added = "" if name == "grpo" else f"{(median - base) * 1e3:+.1f} ms ({(median - base) / base:+.1%})"
+        print(f"| {name} | {median * 1e3:.1f} | {median / base:.2f}x | {added} |")
     tq.close()
     ray.shutdown()
 

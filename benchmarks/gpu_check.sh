@@ -3,7 +3,7 @@
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]
 #
-# 1. runs benchmarks/bench_estimators.py on CUDA tensors at the default sizes (64x16x1024 and
+# 1. runs python -m benchmarks.bench_estimators on CUDA tensors at the default sizes (64x16x1024 and
 #    128x16x4096; 5 round-robin repeats, synchronised timings, peak memory from
 #    torch.cuda.max_memory_allocated);
 # 2. checks that every estimator's CUDA output equals its CPU output (torch.allclose,
@@ -16,6 +16,14 @@
 # Needs a Python with CUDA torch, verl 0.9.1 and this package installed (pip install -e .);
 # set PYTHON=/path/to/python to choose it. Dry run of the same script path on CPU (no GPU):
 #   BENCH_DEVICE=cpu BENCH_SIZES=small bash benchmarks/gpu_check.sh /tmp/gpu_check_dry
+#
+# Bare mode (BENCH_MODE=bare): for a CUDA machine with only torch and numpy (no verl, Ray or
+# vLLM, nothing installable). Runs benchmarks/check_device.py with this repository on
+# PYTHONPATH: CUDA-vs-CPU equality of every estimator and the grpo_s loss, and each
+# estimator's time as a ratio to the memory floor measured in the same run, at
+# BENCH_FLOOR_SIZES (default 128x16x4096,512x16x20480). CPU dry run in a venv without verl:
+#   BENCH_MODE=bare BENCH_DEVICE=cpu BENCH_FLOOR_SIZES=16x16x1024 PYTHON=/tmp/noverl/bin/python \
+#     bash benchmarks/gpu_check.sh /tmp/gpu_check_bare
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -47,6 +55,13 @@ fi
 
 mkdir -p "$OUT_DIR"
 start=$(date +%s)
+if [ "${BENCH_MODE:-full}" = bare ]; then
+  PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 290 "$PY" -m benchmarks.check_device \
+    --device "$DEVICE" --sizes "${BENCH_FLOOR_SIZES:-128x16x4096,512x16x20480}" --repeats "$REPEATS" --out "$OUT_DIR"
+  rc=$?
+  echo "== gpu_check (bare): finished in $(( $(date +%s) - start )) s with status $rc (report: $OUT_DIR/check_device.md)"
+  exit "$rc"
+fi
 timeout 290 "$PY" -m benchmarks.bench_estimators \
   --device "$DEVICE" --sizes "$SIZES" --repeats "$REPEATS" --check --short --out "$OUT_DIR"
 rc=$?

@@ -22,10 +22,30 @@ import torch
 # A spread below this fraction of |mean| is float32 rounding noise, not signal: such a
 # group is treated as having no spread (its z-scores are 0, as when every value is equal).
 SPREAD_RESOLUTION = 1e-6
-# Elements per row block of a (B, T) computation on the CPU: ~1 MiB of float32, so a block's
-# scratch stays in cache. Measured on a 2-core VM (docs/performance.md), 2^16-2^20 are all
-# within 10 %; smaller blocks pay per-op overhead, a single block pays fresh (B, T) temporaries.
+# Elements per row block of a (B, T) computation on the CPU with one torch thread: ~1 MiB of
+# float32, so a block's scratch stays in cache. Measured on a 2-core VM (docs/performance.md),
+# 2^16-2^20 are all within 10 %; smaller blocks pay per-op overhead, a single block pays fresh
+# (B, T) temporaries.
 CPU_BLOCK_ELEMENTS = 1 << 18
+# With several torch threads every op on a block is a parallel region that waits for all its
+# threads; when a neighbour process holds a core, each wait costs a scheduler time slice. So a
+# multi-threaded call splits the batch into at most this many blocks (few, large regions), with
+# CPU_BLOCK_ELEMENTS as the lower bound. Scratch buffers are then (B, T) / this each.
+PARALLEL_BLOCKS = 8
+
+
+def block_elements(numel: int, device: torch.device) -> int:
+    """Elements per block of a ``(B, T)`` pass of ``numel`` elements on ``device``.
+
+    Accelerators: the whole batch. CPU: ``CPU_BLOCK_ELEMENTS`` with one torch thread (cache-
+    sized blocks; no parallel regions), else at most ``PARALLEL_BLOCKS`` blocks. Reads the
+    thread count, never sets it.
+    """
+    if device.type != "cpu":
+        return max(1, numel)
+    if torch.get_num_threads() <= 1:
+        return CPU_BLOCK_ELEMENTS
+    return max(CPU_BLOCK_ELEMENTS, -(-numel // PARALLEL_BLOCKS))
 
 
 def group_ids_from_uids(index) -> tuple[torch.Tensor, int]:
@@ -97,76 +117,54 @@ def members_matrix(group_ids: torch.Tensor, num_groups: int) -> torch.Tensor:
     return members
 
 
-def _check_finite_rows(row_sums: torch.Tensor, what: str) -> None:
-    if not bool(torch.isfinite(row_sums).all()):
-        rows = torch.nonzero(~torch.isfinite(row_sums)).flatten()[:5].tolist()
-        raise ValueError(f"non-finite {what} at valid response positions of rows {rows} (NaN/Inf entropy?)")
-
-
-def masked_row_sums(values: torch.Tensor, mask: torch.Tensor, what: str = "value") -> torch.Tensor:
-    """Return ``(B,)`` sums of ``values`` over ``mask`` (float 0/1) without a ``(B, T)`` temporary.
-
-    Garbage (NaN/Inf) outside the mask is ignored: such rows are recomputed with ``where``.
-    Non-finite values inside the mask raise a ``ValueError``.
-    """
-    sums = row_dot(values, mask)
-    bad = ~torch.isfinite(sums)
-    if bool(bad.any()):
-        rows = torch.nonzero(bad).flatten()
-        cleaned = torch.where(mask[rows] > 0, values[rows], torch.zeros((), dtype=values.dtype, device=values.device))
-        sums[rows] = row_dot(cleaned, mask[rows])  # same kernel as the clean rows: bitwise equal
-        _check_finite_rows(sums, what)
-    return sums
-
-
 def masked_product_(
-    values: torch.Tensor, mask: torch.Tensor, out: torch.Tensor, what: str = "value", first_row: int = 0
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    out: torch.Tensor,
+    what: str = "value",
+    first_row: int = 0,
+    *,
+    clamp_min: float | None = None,
+    source: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Write ``values * mask`` into ``out`` (exactly 0 outside the mask) and return its ``(B,)`` row sums.
 
-    The blocked form of ``masked_copy``: ``out`` is a preallocated (block or scratch) buffer.
-    Rows with NaN/Inf garbage outside the mask are redone with ``where``; non-finite values
-    inside the mask raise a ``ValueError`` naming the rows (offset by ``first_row``).
+    ``out`` is a preallocated (block or scratch) buffer, and may be ``values`` itself when
+    ``source = (tensor, rows)`` says where ``values`` was gathered from (``tensor[rows]``).
+    ``clamp_min`` clamps the products from below (before the sums). Rows with NaN/Inf garbage
+    outside the mask are redone with ``where``; non-finite values inside the mask raise a
+    ``ValueError`` naming the rows (offset by ``first_row``, or the ``source`` rows).
     """
     product = torch.mul(values, mask, out=out)
+    if clamp_min is not None:
+        product.clamp_min_(clamp_min)
     sums = product.sum(-1)
     bad = ~torch.isfinite(sums)
     if bool(bad.any()):
         rows = torch.nonzero(bad).flatten()
         zero = torch.zeros((), dtype=out.dtype, device=out.device)
-        product[rows] = torch.where(mask[rows] > 0, values[rows].to(out.dtype), zero)
+        original = values[rows] if source is None else source[0].index_select(0, source[1][rows])
+        redone = torch.where(mask[rows] > 0, original.to(out.dtype), zero)
+        product[rows] = redone if clamp_min is None else redone.clamp_min(clamp_min)
         sums[rows] = product[rows].sum(-1)  # same kernel as the clean rows: bitwise equal
-        if not bool(torch.isfinite(sums).all()):
-            first = (torch.nonzero(~torch.isfinite(sums)).flatten()[:5] + first_row).tolist()
-            raise ValueError(f"non-finite {what} at valid response positions of rows {first} (NaN/Inf entropy?)")
+        still_bad = torch.nonzero(~torch.isfinite(sums)).flatten()
+        if still_bad.numel():
+            named = source[1][still_bad] if source is not None else still_bad + first_row
+            raise ValueError(
+                f"non-finite {what} at valid response positions of rows {named[:5].tolist()} (NaN/Inf entropy?)"
+            )
     return sums
-
-
-def masked_copy(values: torch.Tensor, mask: torch.Tensor, what: str = "value") -> tuple[torch.Tensor, torch.Tensor]:
-    """Return ``(values * mask, row sums)``: a fresh ``(B, T)`` buffer that is exactly 0 outside the mask.
-
-    One multiply in the usual case; rows with NaN/Inf garbage outside the mask are redone
-    with ``where``, and non-finite values inside the mask raise a ``ValueError``.
-    """
-    out = torch.mul(values, mask)
-    sums = out.sum(-1)
-    bad = ~torch.isfinite(sums)
-    if bool(bad.any()):
-        rows = torch.nonzero(bad).flatten()
-        out[rows] = torch.where(mask[rows] > 0, values[rows], torch.zeros((), dtype=out.dtype, device=out.device))
-        sums[rows] = out[rows].sum(-1)
-        _check_finite_rows(sums, what)
-    return out, sums
 
 
 class RowBlocks:
     """Row blocks of a ``(B, T)`` computation, with the float mask and a scratch buffer per block.
 
     On the CPU a fresh ``(B, T)`` temporary costs about three in-place passes (its pages are
-    faulted in on first write), so the estimators work through the batch in blocks of about
-    ``CPU_BLOCK_ELEMENTS`` elements: every temporary is a block-sized scratch that stays in
-    cache, and the only ``(B, T)`` allocation is the output. On an accelerator the whole batch
-    is one block (no Python loop; temporaries are cheap there).
+    faulted in on first write), so the estimators work through the batch in blocks of
+    ``block_elements`` elements (cache-sized with one thread, at most ``PARALLEL_BLOCKS``
+    blocks with more): every temporary is a block-sized scratch, and the only ``(B, T)``
+    allocation is the output. On an accelerator the whole batch is one block (no Python loop;
+    temporaries are cheap there).
 
     ``mask(block)`` is ``response_mask[block]`` in ``dtype`` (a view when the dtype already
     matches, else a copy into a reused buffer); ``scratch(block, k)`` is the k-th reused
@@ -176,7 +174,7 @@ class RowBlocks:
     def __init__(self, response_mask: torch.Tensor, dtype: torch.dtype):
         batch, width = response_mask.shape
         device = response_mask.device
-        step = max(1, CPU_BLOCK_ELEMENTS // max(1, width)) if device.type == "cpu" else max(1, batch)
+        step = max(1, block_elements(batch * width, device) // max(1, width))
         self.slices = [slice(start, min(batch, start + step)) for start in range(0, batch, step)]
         self._rows = min(step, batch)
         self._width, self._dtype, self._device = width, dtype, device

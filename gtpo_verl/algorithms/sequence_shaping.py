@@ -1,8 +1,8 @@
 """Paper B, sequence level: GRPO-S rewards, advantages and the sequence-ratio surrogate.
 
 "GTPO and GRPO-S: Token and Sequence-Level Reward Shaping with Policy Entropy",
-arXiv:2508.04349, Eq. (S31)-(S38) (v1-v4 numbering of ALGORITHMS.md Part B), v6 App. B
-Eq. 40/46 and App. C for the later forms. Entropy terms are detached constants.
+arXiv:2508.04349, Eq. (S31)-(S38), v6 App. B Eq. 40/46 and App. C for the later forms
+(labels and readings: docs/spec.md B.7). Entropy terms are detached constants.
 
 Notation: B responses, T response length, K groups; n = |O+|, m = |O−| in a group.
 """
@@ -18,6 +18,8 @@ from gtpo_verl.algorithms.normalization import zscore_by_class_
 
 SEQUENCE_VARIANTS = ("base", "unified_v6")
 NEGATIVE_SHARES = ("arithmetic", "geometric")
+SUCCESS_SHARES = ("arithmetic", "geometric")
+SEQUENCE_ENTROPIES = ("arithmetic", "geometric")
 RATIO_MEANS = ("arithmetic", "geometric")
 # Same stabiliser as verl's vanilla loss: |log π_θ − log π_old| is clamped before exp.
 LOG_RATIO_CLAMP = 20.0
@@ -74,6 +76,8 @@ def grpo_s_advantage(
     negative_shaping: bool = False,
     variant: str = "base",
     negative_share: str = "arithmetic",
+    success_share: str = "arithmetic",
+    sequence_entropy: str = "arithmetic",
     adv_norm: str = "two_zero_filled",
     uniform_outcome_groups: str = "keep",
     std_unbiased: bool = True,
@@ -91,7 +95,10 @@ def grpo_s_advantage(
         Â_i  = (r̂_i − mean{r̂_k}_{k≤G}) / std{r̂_k}_{k≤G}                    (S35, S37)
 
     ``negative_share="geometric"`` divides the failures' inverse entropies by their geometric
-    mean instead, (1/Ĥ_j) / (Π_{k∈O−} 1/Ĥ_k)^{1/m} (App. C; no m factor). With a
+    mean instead, (1/Ĥ_j) / (Π_{k∈O−} 1/Ĥ_k)^{1/m} (App. C; no m factor);
+    ``success_share="geometric"`` is the success twin, Ĥ_i / (Π_{k∈O+} (Ĥ_k + ε))^{1/n}.
+    ``sequence_entropy="geometric"`` takes Ĥ_i = exp((1/|o_i|) Σ_t log(H_{i,t} + ε)) instead
+    of the arithmetic mean (S32). Entropies below 0 (rounding) are taken as 0. With a
     shaped failure reward, ``adv_norm`` picks the normalisation sets (``normalization.py``):
     ``two_zero_filled`` gives O+ the Â of (S35) and O− the A⁻ of (S37), as (S38) uses them;
     ``single_combined`` is App. B Eq. 46.
@@ -115,19 +122,26 @@ def grpo_s_advantage(
     out = torch.empty(response_mask.shape, dtype=dtype, device=device)
     counts = torch.empty(response_mask.shape[0], dtype=dtype, device=device)
     entropy_sums = torch.empty_like(counts)
+    geometric_entropy = sequence_entropy == "geometric"
     for block in blocks:
         mask = out[block].copy_(response_mask[block])
         torch.sum(mask, -1, out=counts[block])
+        product = blocks.scratch(block)
         entropy_sums[block] = masked_product_(
-            entropy[block], mask, blocks.scratch(block), "entropy", first_row=block.start
+            entropy[block], mask, product, "entropy", first_row=block.start, clamp_min=0.0
         )
+        if geometric_entropy:  # Σ_t log(H + ε) over valid tokens
+            entropy_sums[block] = row_dot(product.add_(epsilon).log_(), mask)
     member = counts > 0
     success = (sequence_scores.to(device) > success_threshold) & member
     fail = ~success & member
 
-    mean_entropy = entropy_sums / counts.clamp_min(1)  # Ĥ_i, Eq. (S32)
+    mean_entropy = entropy_sums / counts.clamp_min(1)  # Ĥ_i, Eq. (S32) (or its log for the geometric mean)
+    if geometric_entropy:
+        mean_entropy = torch.where(member, torch.exp(mean_entropy), 0.0)
 
-    reward = beta1 + beta2 * share_of_set(mean_entropy, success, group_ids, num_groups, mean="arithmetic")
+    share = share_of_set(mean_entropy, success, group_ids, num_groups, mean=success_share, epsilon=epsilon)
+    reward = beta1 + beta2 * share
     reward = torch.where(success, reward, 0.0)
     negative_branch = negative_shaping or variant == "unified_v6"
     if variant == "unified_v6":
@@ -205,3 +219,52 @@ def clipped_sequence_surrogate(
     unclipped = -sequence_advantage * sequence_ratio
     clipped = -sequence_advantage * torch.clamp(sequence_ratio, 1.0 - clip_low, 1.0 + clip_high)
     return torch.maximum(unclipped, clipped), clipped > unclipped
+
+
+class SequenceLoss(NamedTuple):
+    """Per-sequence GRPO-S loss terms ``(B,)`` and the detached statistics the metrics report."""
+
+    row_loss: torch.Tensor  # L_i · (mean rollout IS weight of row i, if given)
+    counts: torch.Tensor  # |o_i|, valid tokens per row (the loss mask of the (B, 1) aggregation)
+    sequence_ratio: torch.Tensor  # ŵ_i
+    sequence_advantage: torch.Tensor  # Â_i
+    clipped: torch.Tensor  # bool, the clip is active
+    ppo_kl: torch.Tensor  # scalar, token mean of log π_old − log π_θ over valid tokens
+
+
+def grpo_s_sequence_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    ratio_mean: str = "arithmetic",
+    rollout_is_weights: torch.Tensor | None = None,
+) -> SequenceLoss:
+    """The GRPO-S surrogate per sequence, Eq. (S33)-(S34) / (S38), before aggregation over the batch.
+
+    ``old_log_prob``, ``log_prob``, ``advantages`` (Â_i on each token of response i),
+    ``response_mask``: ``(B, T)``. L_i = −min(ŵ_i Â_i, clip(ŵ_i, 1 − ε_low, 1 + ε_high) Â_i).
+    The ``grpo_s`` policy loss aggregates ``row_loss`` with verl's ``agg_loss`` as a
+    ``(B, 1)`` loss with ``counts`` as mask; this function needs torch only.
+    """
+    mask = response_mask.to(log_prob.dtype)
+    counts = mask.sum(-1)
+    # log π_θ − log π_old once: its masked mean (unclamped, detached) is the ppo_kl metric,
+    # then the same buffer is clamped and exponentiated in place for ŵ_i
+    log_ratio = log_prob - old_log_prob
+    with torch.no_grad():
+        total_tokens = counts.sum()
+        ppo_kl = -torch.dot(log_ratio.detach().reshape(-1), mask.reshape(-1)) / total_tokens.clamp_min(1)
+    seq_ratio = sequence_ratio_from_log_ratio_(log_ratio, mask, counts, mean=ratio_mean)
+    seq_adv = row_dot(advantages.detach().to(mask.dtype), mask) / counts.clamp_min(1)
+    seq_loss, seq_clipped = clipped_sequence_surrogate(seq_ratio, seq_adv, clip_low=clip_low, clip_high=clip_high)
+    if rollout_is_weights is None:
+        row_loss = seq_loss
+    else:
+        weight = row_dot(rollout_is_weights.to(mask.dtype), mask)
+        row_loss = seq_loss * torch.where(counts > 0, weight / counts.clamp_min(1), torch.zeros_like(weight))
+    return SequenceLoss(row_loss, counts, seq_ratio, seq_adv, seq_clipped, ppo_kl)
+

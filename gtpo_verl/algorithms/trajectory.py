@@ -2,8 +2,9 @@
 
 "GTPO: Trajectory-Based Policy Optimization in Large Language Models", arXiv:2508.03772
 (v5: "GTPO: Stabilizing Group Relative Policy Optimization via Gradient and Entropy
-Control"). Equation numbers (S11)-(S17) are those of ALGORITHMS.md Part A (the v1 text as
-quoted there). "official" refers to github.com/winstonsmith1897/GTPO, gtpo/gtpo_training.py.
+Control"). Equation labels (S11)-(S17) and the official code (github.com/winstonsmith1897/GTPO,
+gtpo/gtpo_training.py, at the commit docs/spec.md pins) are those of docs/spec.md, Paper A;
+"code L…" cites a line of that file.
 
 Notation: B responses, T response length, K groups, G responses per group. Token ids
 ``responses[i, t]``; position t is valid where ``response_mask`` is 1. A_i is the raw group
@@ -59,7 +60,7 @@ def group_relative_advantage(
 ) -> torch.Tensor:
     """Return A_i = r_i − mean_group(r) ``(B,)`` (÷ (std + ε) if ``norm_by_std``), float64.
 
-    Official code: no std division (L1321 has it commented out); the paper text uses GRPO's
+    Official code: no std division (code L1321 has it commented out); the paper text uses GRPO's
     Â_i. Exact ties with the group mean (within ``ADVANTAGE_TIE_TOLERANCE``) are set to 0,
     so an all-equal group is inactive whatever the float rounding. Rows outside ``members``
     (responses without valid tokens) are ignored and get 0.
@@ -101,7 +102,7 @@ def _runs_in_window(
 
     ``ids``/``valid`` (bool) are ``(B, W)`` (already aligned: forward or right-aligned positions).
     Position w of row i conflicts iff some j of the same group with sign(A_j) = −sign(A_i) ≠ 0
-    is valid at w with the same token (C^f / C^b, ALGORITHMS.md §A.3). The partner may differ
+    is valid at w with the same token (C^f / C^b, docs/spec.md A.3). The partner may differ
     from position to position. Cost: one comparison of W tokens per opposite-sign pair.
     """
     batch, window = ids.shape
@@ -129,7 +130,7 @@ def leading_conflict_runs(
     """Return k_f(i) (``from_end=False``) or k_b(i) (``from_end=True``), ``(B,)`` int64.
 
     k_f = the largest k with C^f_{i,0..k−1} all 1; k_b the same on positions counted back
-    from each response's own last valid token (right alignment, official L165/L196 cumprod).
+    from each response's own last valid token (right alignment, code L165, L196 cumprod).
 
     Runs are searched window by window (the first ``first_window`` positions, then doubling)
     and only while some run is still unbroken, comparing only opposite-sign pairs with an
@@ -176,7 +177,7 @@ def conflict_divisor(
 ) -> torch.Tensor:
     """Return n_conf(i) ≥ 1 ``(B,)``, the per-response loss divisor of the official code.
 
-    ``code``: max(1, max(k_f, k_b)), what official L227 computes (it ORs a forward-indexed
+    ``code``: max(1, max(k_f, k_b)), what code L227 computes (it ORs a forward-indexed
     mask with a reverse-indexed one; almost certainly a bug, kept for fidelity).
     ``union``: max(1, |F ∪ B|) = max(1, min(|o|, k_f + k_b)), the presumable intent.
     ``none``: 1, the paper text (no divisor). Inactive responses have runs 0, hence 1.
@@ -224,7 +225,7 @@ def conflict_token_weights(
     """Return λ_{i,t} ``(B, T)`` (1 outside the runs; not yet masked). Eq. (S12).
 
     On F_i = {0..k_f−1} and B_i = {|o_i|−k_b..|o_i|−1}: W (= 2) for A_i > 0, 0 for A_i < 0.
-    ``product`` (official L166-215): λ = λ^f·λ^b, so the overlap of both runs of a positive
+    ``product`` (code L166-215): λ = λ^f·λ^b, so the overlap of both runs of a positive
     response gets W² = 4. ``union`` (paper S12): λ ∈ {0, 1, W}.
     """
     weights = torch.ones(raw_advantage.shape[0], width, dtype=torch.float32, device=raw_advantage.device)
@@ -263,7 +264,7 @@ def entropy_filter(
 ) -> torch.Tensor:
     """Return δ_i ``(B,)`` bool, Eq. (S16).
 
-    δ_i = 1[⟨H⟩_i ≤ threshold] (official L334, threshold 0.7; paper ln 2). ``scope="neg_only"``
+    δ_i = 1[⟨H⟩_i ≤ threshold] (code L334, threshold 0.7; paper ln 2). ``scope="neg_only"``
     filters only responses with A_i < 0 (the "OnlyNeg" ablation). ``initial_entropy`` is
     ⟨H⟩_ini for the paper's gate: if ⟨H⟩_ini > threshold, δ ≡ 1. ``threshold=None``: no filter.
     """
@@ -338,8 +339,8 @@ def gtpo_traj_advantage(
             torch.amax(torch.mul(mask, positions, out=blocks.scratch(block)), -1, out=last_position[block])
         if entropy is not None:
             entropy_sums[block] = masked_product_(
-                entropy[block].detach(), mask, blocks.scratch(block), "entropy", first_row=block.start
-            )
+                entropy[block].detach(), mask, blocks.scratch(block), "entropy", first_row=block.start, clamp_min=0.0
+            )  # entropies below 0 (rounding) count as 0
     lengths = last_position.to(torch.int64) if width else counts.long()
     member = counts > 0
 

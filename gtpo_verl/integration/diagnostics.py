@@ -13,23 +13,41 @@ from typing import Any
 
 import torch
 
-from gtpo_verl.algorithms.groups import group_sum
+from gtpo_verl.algorithms.groups import group_sum, row_dot
 
 PREFIX = "gtpo/"
 
 
-def _token_stats(values: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, name: str) -> dict[str, float]:
-    """mean/std/min/max of ``values`` over valid tokens of ``rows``; NaN-free (0 for an empty set)."""
-    selected = mask[rows] > 0
-    if not bool(selected.any()):
+def _row_token_stats(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Per-row (Σ v, Σ v², min v, max v) over valid tokens ``(B,)`` float64: masked reductions, no copies."""
+    values = values.to(mask.dtype)
+    row_sum = row_dot(values, mask).to(torch.float64)
+    row_sq = row_dot(values * mask, values).to(torch.float64)
+    if values.shape[-1]:
+        row_min = torch.where(mask > 0, values, float("inf")).amin(-1).to(torch.float64)
+        row_max = torch.where(mask > 0, values, float("-inf")).amax(-1).to(torch.float64)
+    else:
+        row_min = torch.full_like(row_sum, float("inf"))
+        row_max = torch.full_like(row_sum, float("-inf"))
+    return row_sum, row_sq, row_min, row_max
+
+
+def _token_stats(row_stats: tuple[torch.Tensor, ...], counts: torch.Tensor, rows: torch.Tensor, name: str) -> dict[str, float]:
+    """mean/std/min/max over valid tokens of ``rows`` from per-row stats; NaN-free (0 for an empty set)."""
+    row_sum, row_sq, row_min, row_max = row_stats
+    keep = rows & (counts > 0)
+    tokens = float(counts[keep].sum()) if bool(keep.any()) else 0.0
+    if not tokens:
         return {f"{name}/mean": 0.0, f"{name}/std": 0.0, f"{name}/min": 0.0, f"{name}/max": 0.0, f"{name}/tokens": 0.0}
-    picked = values[rows][selected].to(torch.float64)
+    weight = keep.to(torch.float64)
+    mean = float((row_sum * weight).sum()) / tokens
+    second = float((row_sq * weight).sum()) / tokens
     return {
-        f"{name}/mean": float(picked.mean()),
-        f"{name}/std": float(picked.std(unbiased=False)),
-        f"{name}/min": float(picked.min()),
-        f"{name}/max": float(picked.max()),
-        f"{name}/tokens": float(picked.numel()),
+        f"{name}/mean": mean,
+        f"{name}/std": math.sqrt(max(0.0, second - mean * mean)),
+        f"{name}/min": float(row_min[keep].min()),
+        f"{name}/max": float(row_max[keep].max()),
+        f"{name}/tokens": tokens,
     }
 
 
@@ -47,7 +65,7 @@ def estimator_metrics(
 ) -> dict[str, float]:
     """Return the per-step ``gtpo/*`` metrics of estimator ``name``."""
     mask = response_mask.to(torch.float32)
-    real = real_rows & (mask.sum(-1) > 0)
+    real = real_rows.to(mask.device) & (mask.sum(-1) > 0)
     if name == "gtpo_traj":
         success = result.raw_advantage > 0
         failure = result.raw_advantage < 0
@@ -56,15 +74,17 @@ def estimator_metrics(
         failure = ~result.success
     success, failure = success & real, failure & real
     metrics = {}
-    metrics.update(_token_stats(result.advantages, mask, success, "adv/success"))
-    metrics.update(_token_stats(result.advantages, mask, failure, "adv/failure"))
+    counts = mask.sum(-1).to(torch.float64)
+    row_stats = _row_token_stats(result.advantages, mask)  # one set of masked reductions for both classes
+    metrics.update(_token_stats(row_stats, counts, success, "adv/success"))
+    metrics.update(_token_stats(row_stats, counts, failure, "adv/failure"))
     metrics["entropy/success_mean"] = _mean(result.mean_entropy, success)
     metrics["entropy/failure_mean"] = _mean(result.mean_entropy, failure)
     metrics["success_frac"] = float(success.sum()) / max(1, int(real.sum()))
 
     if name == "gtpo_token" and getattr(result, "share_stats", None) is not None:
         total, total_sq, largest = (float(v) for v in result.share_stats)
-        count = float(mask[success].sum()) if bool(success.any()) else 0.0
+        count = float(counts[success].sum()) if bool(success.any()) else 0.0
         mean = total / count if count else 0.0
         metrics["bonus_share/mean"] = mean
         metrics["bonus_share/std"] = math.sqrt(max(0.0, total_sq / count - mean * mean)) if count else 0.0
@@ -130,3 +150,14 @@ class EntropyWatch:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key in ("baseline", "steps", "warnings"):
             setattr(self, key, state[key])
+
+
+def masked_token_mean(values: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor) -> float:
+    """Token mean of ``values`` ``(B, T)`` over valid tokens (``mask`` > 0) of ``rows`` ``(B,)``; 0 if none."""
+    mask = mask.to(torch.float32)
+    weight = rows.to(torch.float64)
+    tokens = float((mask.sum(-1).to(torch.float64) * weight).sum())
+    if not tokens:
+        return 0.0
+    return float((row_dot(values.to(mask.dtype), mask).to(torch.float64) * weight).sum()) / tokens
+

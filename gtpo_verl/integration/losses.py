@@ -16,8 +16,7 @@ from typing import Any, Optional
 
 import torch
 
-from gtpo_verl.algorithms.groups import row_dot
-from gtpo_verl.algorithms.sequence_shaping import clipped_sequence_surrogate, sequence_ratio_from_log_ratio_
+from gtpo_verl.algorithms.sequence_shaping import grpo_s_sequence_loss
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
@@ -36,6 +35,9 @@ def compute_policy_loss_grpo_s(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """GRPO-S clipped surrogate on the sequence ratio ŵ_i, arXiv:2508.04349 Eq. (S33)-(S34).
+
+    The per-sequence terms come from ``grpo_s_sequence_loss`` (torch only); this adapter reads
+    the actor config and aggregates them with verl's ``agg_loss``.
 
     Args:
         old_log_prob, log_prob, advantages, response_mask: ``(B, T)``; ``advantages`` holds
@@ -56,27 +58,22 @@ def compute_policy_loss_grpo_s(
     if policy_loss_cfg is not None:
         ratio_mean = policy_loss_cfg.get("sequence_ratio_mean", "arithmetic") or "arithmetic"
 
-    mask = response_mask.to(log_prob.dtype)
-    counts = mask.sum(-1)
-    # log π_θ − log π_old once: its masked mean (unclamped, detached) is the ppo_kl metric,
-    # then the same buffer is clamped and exponentiated in place for ŵ_i
-    log_ratio = log_prob - old_log_prob
-    with torch.no_grad():
-        total_tokens = counts.sum()
-        ppo_kl = -torch.dot(log_ratio.detach().reshape(-1), mask.reshape(-1)) / total_tokens.clamp_min(1)
-    seq_ratio = sequence_ratio_from_log_ratio_(log_ratio, mask, counts, mean=ratio_mean)
-    seq_adv = row_dot(advantages.detach(), mask) / counts.clamp_min(1)
-    seq_loss, seq_clipped = clipped_sequence_surrogate(seq_ratio, seq_adv, clip_low=clip_low, clip_high=clip_high)
-
+    terms = grpo_s_sequence_loss(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        ratio_mean=ratio_mean,
+        rollout_is_weights=rollout_is_weights,
+    )
+    counts, seq_ratio, seq_adv, seq_clipped = terms.counts, terms.sequence_ratio, terms.sequence_advantage, terms.clipped
     # verl's agg_loss sees loss_mat only through Σ_t loss_mat·mask per row, and the mask only
     # through its row counts (and its width, the default horizon of seq-mean-token-sum-norm).
     # L_i is constant along its row, so the (B, 1) pair (L_i · Σ_t w·mask / n_i, n_i) gives the
     # same value and gradient in every loss_agg_mode without broadcasting L_i to (B, T).
-    if rollout_is_weights is None:
-        row_loss = seq_loss
-    else:
-        weight = row_dot(rollout_is_weights.to(mask.dtype), mask)
-        row_loss = seq_loss * torch.where(counts > 0, weight / counts.clamp_min(1), torch.zeros_like(weight))
+    row_loss = terms.row_loss
     global_batch_info = dict(getattr(config, "global_batch_info", None) or {})
     if loss_agg_mode == "seq-mean-token-sum-norm" and global_batch_info.get("loss_scale_factor") is None:
         global_batch_info["loss_scale_factor"] = response_mask.shape[-1]
@@ -91,7 +88,7 @@ def compute_policy_loss_grpo_s(
     with torch.no_grad():
         metrics = {
             "actor/pg_clipfrac": _masked_mean(seq_clipped.to(log_prob.dtype), has_tokens),
-            "actor/ppo_kl": float(ppo_kl) if total_tokens > 0 else 0.0,
+            "actor/ppo_kl": float(terms.ppo_kl) if bool(counts.sum() > 0) else 0.0,
             "actor/pg_clipfrac_lower": _masked_mean((seq_clipped & (seq_adv < 0)).to(log_prob.dtype), has_tokens),
             "actor/seq_ratio_mean": _masked_mean(seq_ratio.detach(), has_tokens),
         }

@@ -26,15 +26,16 @@ import torch
 
 from gtpo_verl.integration.config import GTPOSettings, GTPOTrajConfig
 from gtpo_verl.integration.context import bind_estimator_inputs
-from gtpo_verl.integration.diagnostics import PREFIX, EntropyWatch, estimator_metrics
+from gtpo_verl.integration.diagnostics import PREFIX, EntropyWatch, estimator_metrics, masked_token_mean
 from gtpo_verl.integration.registry import ESTIMATOR_NAMES, check_registered
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "gtpo_state.json"
 # TransferQueue fields our estimators read on top of verl's own; both exist before _compute_advantage
-# (entropy from the old-log-prob pass, responses from the rollout).
-ESTIMATOR_FIELDS = ("entropy", "responses")
+# (entropy from the old-log-prob pass, responses from the rollout). Only gtpo_traj reads token ids;
+# every estimator (and the diagnostics' entropy watch) reads entropy.
+ESTIMATOR_FIELDS = {"gtpo_token": ("entropy",), "grpo_s": ("entropy",), "gtpo_traj": ("entropy", "responses")}
 
 
 @dataclass
@@ -123,13 +124,14 @@ class GTPOTrainerMixin:
             return batch
         import transfer_queue as tq
 
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=list(ESTIMATOR_FIELDS))
+        fields = ESTIMATOR_FIELDS[estimator]
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=list(fields))
         # `entropy` is response-only and nested like verl's response_mask: same rows, same lengths,
         # so padding it gives the (B, T) layout verl's _compute_advantage builds for response_mask
         nested_entropy = data["entropy"]
         entropy = _padded(nested_entropy).to(torch.float32)
         mask = _mask_like(nested_entropy, entropy)
-        responses = _fit_width(_padded(data["responses"]), entropy.shape[-1])
+        responses = _fit_width(_padded(data["responses"]), entropy.shape[-1]) if "responses" in fields else None
         real_rows = _real_rows(batch)
 
         initial_entropy = self._gtpo_initial_entropy(estimator, entropy, mask, real_rows)
@@ -153,8 +155,7 @@ class GTPOTrainerMixin:
 
     def _gtpo_update_watch(self, entropy, mask, real_rows, metrics: dict) -> None:
         """Token-mean old-policy entropy of the real rows → the entropy watch's metrics."""
-        valid = (mask > 0) & real_rows.unsqueeze(-1)
-        batch_mean = float(entropy[valid].mean()) if bool(valid.any()) else 0.0
+        batch_mean = masked_token_mean(entropy, mask, real_rows)
         watch_metrics = self.gtpo_entropy_watch.update(batch_mean)
         if watch_metrics[PREFIX + "entropy/collapse_warning"]:
             logger.warning(

@@ -1,0 +1,60 @@
+"""The gtpo/* diagnostics from masked reductions equal the same statistics from selected copies."""
+
+import pytest
+import torch
+
+from gtpo_verl.algorithms.groups import group_ids_from_uids
+from gtpo_verl.algorithms.sequence_shaping import grpo_s_advantage
+from gtpo_verl.algorithms.token_shaping import gtpo_token_advantage
+from gtpo_verl.integration.diagnostics import estimator_metrics, masked_token_mean
+from gtpo_verl.integration.trainer import ESTIMATOR_FIELDS
+
+
+def _batch(rows=24, width=10, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    entropy = torch.rand(rows, width, generator=gen) * 2
+    lengths = torch.randint(0, width + 1, (rows,), generator=gen)
+    mask = (torch.arange(width) < lengths[:, None]).to(torch.int64)
+    entropy[mask == 0] = 123.0  # garbage outside the mask
+    scores = (torch.rand(rows, generator=gen) < 0.5).float()
+    group_ids, k = group_ids_from_uids([f"u{i % 4}" for i in range(rows)])
+    real = torch.ones(rows, dtype=torch.bool)
+    real[-2:] = False  # V1 padding rows
+    return entropy, mask, scores, group_ids, k, real
+
+
+def _selected_stats(values, mask, rows):
+    picked = values[rows][mask[rows] > 0].double()
+    if not picked.numel():
+        return dict(mean=0.0, std=0.0, min=0.0, max=0.0, tokens=0.0)
+    return dict(mean=float(picked.mean()), std=float(picked.std(unbiased=False)), min=float(picked.min()),
+                max=float(picked.max()), tokens=float(picked.numel()))
+
+
+@pytest.mark.parametrize("name", ["gtpo_token", "grpo_s"])
+def test_token_stats_equal_boolean_selection(name):
+    entropy, mask, scores, group_ids, k, real = _batch()
+    if name == "gtpo_token":
+        result = gtpo_token_advantage(entropy, mask, scores, group_ids, k, alpha1=0.9, alpha2=0.1,
+                                      negative_shaping=True, return_share_stats=True)
+    else:
+        result = grpo_s_advantage(entropy, mask, scores, group_ids, k, beta1=1.0, beta2=0.1)
+    metrics = estimator_metrics(name, result, mask, real, group_ids, k)
+    valid_rows = real & (mask.sum(-1) > 0)
+    for label, rows in (("success", result.success & valid_rows), ("failure", ~result.success & valid_rows)):
+        expected = _selected_stats(result.advantages, mask, rows)
+        for stat, value in expected.items():
+            assert metrics[f"gtpo/adv/{label}/{stat}"] == pytest.approx(value, rel=1e-5, abs=1e-6), (label, stat)
+
+
+def test_masked_token_mean_ignores_padding_rows_and_garbage():
+    entropy, mask, _, _, _, real = _batch()
+    expected = float(entropy[(mask > 0) & real.unsqueeze(-1)].double().mean())
+    assert masked_token_mean(entropy, mask, real) == pytest.approx(expected, rel=1e-6)
+    assert masked_token_mean(entropy, torch.zeros_like(mask), real) == 0.0
+
+
+def test_only_gtpo_traj_fetches_token_ids():
+    assert ESTIMATOR_FIELDS["gtpo_token"] == ("entropy",)
+    assert ESTIMATOR_FIELDS["grpo_s"] == ("entropy",)
+    assert set(ESTIMATOR_FIELDS["gtpo_traj"]) == {"entropy", "responses"}
