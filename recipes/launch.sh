@@ -8,6 +8,8 @@
 #   DRY_RUN=1         print the resolved command (every variable expanded, quoted for bash) and exit 0.
 #   DRY_RUN=config    print the composed trainer config for these overrides (Hydra `--cfg job`) and exit;
 #                     needs gtpo_verl installed where it runs, no GPU.
+#   DRY_RUN=preflight run `python3 -m gtpo_verl.preflight` with these overrides and exit with its status:
+#                     every node of the cluster at RAY_ADDRESS (or this machine) checked, one line per check.
 
 LAUNCHER=${LAUNCHER:-ray}
 RAY_ADDRESS=${RAY_ADDRESS:-"http://localhost:8265"}
@@ -67,6 +69,7 @@ launch_main() {
     case "${DRY_RUN}" in
     0) "${cmd[@]}" ;;
     config) "${main[@]}" --cfg job ;;
+    preflight) python3 -m gtpo_verl.preflight "$@" ;;
     *)
         echo "# DRY_RUN=${DRY_RUN}: nothing launched. ${0##*/} with LAUNCHER=${LAUNCHER} runs:"
         print_command "${cmd[@]}"

@@ -257,6 +257,13 @@ def test_start_up_checks_pass(script, launched):
         assert str(data[key])[len(f"{HOME}/verl/data/") :] in PREPARED
 
 
+@pytest.mark.parametrize("script", TRAINING_RECIPES)
+def test_every_recipe_sets_its_run_length(script, launched):
+    overrides = as_dict(launched[script][1])
+    # unset, verl 0.9.1 would run rows // train_batch_size steps (3499 for the DAPO recipes)
+    assert int(overrides["trainer.total_training_steps"]) > 0
+
+
 @pytest.mark.parametrize("new_key", sorted(ALLOWED_NEW_KEYS))
 def test_allowed_new_keys_are_read_by_verl(new_key):
     import importlib
@@ -388,6 +395,8 @@ def test_dapo_settings(script, launched):
     assert str(data.val_files).endswith("/aime-2024-dedup.parquet")  # 30 problems × n=32 → best@32
     assert (t.nnodes, t.n_gpus_per_node, t.project_name, t.experiment_name) == (16, 8, "DAPO", DAPO[script])
     assert list(t.logger) == ["console", "wandb"] and t.val_before_train and t.use_v1
+    # the upstream run length: 1,791,700 DAPO-Math rows // gen batch 1536 (not 0.9.1's rows // 512 = 3499)
+    assert (t.total_training_steps, t.total_epochs) == (1791700 // 1536, 1) == (1166, 1)
     (tool, _, _, argv) = calls[0]
     assert len(calls) == 1 and tool == "ray" and argv[:3] == ["job", "submit", "--address=http://localhost:8265"]
     assert "--no-wait" in argv and argv[argv.index("--") + 1 :][:3] == ["python3", "-m", "gtpo_verl.main"]
@@ -396,8 +405,9 @@ def test_dapo_settings(script, launched):
 def test_dapo_knobs_follow_the_environment(stubs, tmp_path):
     script = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
     proc, calls = run_script(
-        stubs, tmp_path, script, "trainer.total_training_steps=3",
+        stubs, tmp_path, script, "trainer.log_val_generations=4",
         NNODES=2, RAY_DATA_HOME="/shared", GTPO_ALPHA2=0.2, GTPO_ALPHA1=0.8, VAL_N=16, LAUNCHER="direct",
+        TOTAL_TRAINING_STEPS=3,
     )
     assert proc.returncode == 0, proc.stderr
     ov = as_dict(launched_overrides(calls))
@@ -405,7 +415,8 @@ def test_dapo_knobs_follow_the_environment(stubs, tmp_path):
     assert ov["trainer.nnodes"] == "2" and ov["actor_rollout_ref.rollout.val_kwargs.n"] == "16"
     assert ov["algorithm.gtpo_token.alpha1"] == "0.8" and ov["algorithm.gtpo_token.alpha2"] == "0.2"
     assert ov["data.train_files"] == "/shared/data/dapo-math-17k.parquet"
-    assert launched_overrides(calls)[-1] == "trainer.total_training_steps=3"  # extra Hydra overrides go last
+    assert ov["trainer.total_training_steps"] == "3"
+    assert launched_overrides(calls)[-1] == "trainer.log_val_generations=4"  # extra Hydra overrides go last
 
     proc, _ = run_script(stubs, tmp_path, script, LAUNCHER="mpirun")
     assert proc.returncode == 2 and "LAUNCHER=ray" in proc.stderr
@@ -428,6 +439,7 @@ def test_paper_a_runs(launched):
         assert str(data.train_files).endswith(("gsm8k_reasoning" if qwen else "math_reasoning") + "/train.parquet")
         assert cfg.reward.custom_reward_function.path == "pkg://gtpo_verl.rewards.format_math"
         assert (t.nnodes, t.n_gpus_per_node) == (1, 8) and launched[script][0][0][0] == "python3"  # LAUNCHER=direct
+        assert t.total_training_steps == (7473 if qwen else 7500)  # one epoch of the train split at 1 prompt per step
         # GTPO and its GRPO baseline differ only in the algorithm block
         other = as_dict(launched[f"recipes/gtpo_traj/{partner}"][1])
         mine = as_dict(overrides)

@@ -66,6 +66,11 @@ TEST_FREQ=${TEST_FREQ:-5}
 SAVE_FREQ=${SAVE_FREQ:-5}
 MAX_ACTOR_CKPT_TO_KEEP=${MAX_ACTOR_CKPT_TO_KEEP:-2} # 32B in fp32 + Adam moments: ~0.4 TB per checkpoint
 TOTAL_EPOCHS=${TOTAL_EPOCHS:-1}
+# Run length of the upstream DAPO 32B run: its V0 trainer counted steps as batches of its dataloader,
+# which fetched gen_batch_size = 1536 prompts: 1,791,700 rows // 1536 = 1166 steps in one epoch (fewer
+# when dynamic sampling used more than one generation batch per step). verl 0.9.1's V1 trainer counts
+# rows // train_batch_size = 3499 instead, so the length is set explicitly (Paper B does not publish its own).
+TOTAL_TRAINING_STEPS=${TOTAL_TRAINING_STEPS:-1166}
 
 # ---- performance (no effect on the algorithm) ----
 sp_size=${SP_SIZE:-8}                              # Ulysses sequence parallel
@@ -144,6 +149,7 @@ dapo_main() {
         trainer.save_freq="${SAVE_FREQ}" \
         trainer.max_actor_ckpt_to_keep="${MAX_ACTOR_CKPT_TO_KEEP}" \
         trainer.total_epochs="${TOTAL_EPOCHS}" \
+        trainer.total_training_steps="${TOTAL_TRAINING_STEPS}" \
         trainer.default_local_dir="${CKPTS_DIR}" \
         trainer.resume_mode=auto \
         "${ALGORITHM_ARGS[@]}" \
