@@ -322,6 +322,7 @@ def run_preflight(config, out=None) -> list[Check]:
     else:
         print("preflight: no Ray cluster given (RAY_ADDRESS unset): checking this machine", file=out, flush=True)
         nodes, silent = probe_local(config), []
+    print(f"preflight: {len(nodes)} node{'s' * (len(nodes) != 1)}: " + "; ".join(n.name for n in nodes), file=out, flush=True)
     checks = evaluate(config, nodes, silent)
     for check in checks:
         print(check.line(), file=out, flush=True)
