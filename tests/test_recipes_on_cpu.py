@@ -90,11 +90,11 @@ printf '%s\0' "$(basename "$0")" "${RAY_ADDRESS-}" "${LAUNCHER-}" "$@" > "${STUB
 """
 STUBS = {
     "python3": STUB,
-    "ray": STUB,
+    "ray": STUB + 'if [[ "${1-}" == status ]]; then printf "%b" "${STUB_RAY_STATUS-}"; fi\n',
     "sbatch": STUB,
     "sleep": STUB,
     "scontrol": STUB + 'printf "%s\\n" ${STUB_HOSTS}\n',
-    "hostname": STUB + "echo 10.1.2.3 172.17.0.1\n",
+    "hostname": STUB + 'echo "${STUB_IPS:-10.1.2.3 172.17.0.1}"\n',
     # srun: record, drop srun's own options, run the rest (as srun would on the chosen node)
     "srun": STUB
     + r"""while (($#)); do
@@ -447,26 +447,111 @@ def test_paper_a_runs(launched):
         assert all(re.match(r"^(algorithm\.|trainer\.experiment_name$|trainer\.default_local_dir$)", k) for k in differing), differing
 
 
+# `ray status` of a cluster with 3 nodes × 8 GPUs registered (Ray 2.x "Usage:" section)
+RAY_STATUS_24_GPUS = r"""======== Autoscaler status ========
+Node status
+---------------------------------------------------------------
+Active:
+ 3 node_1a2b
+Resources
+---------------------------------------------------------------
+Usage:
+ 0.0/192.0 CPU
+ 0.0/24.0 GPU
+ 0B/1.50TiB memory
+"""
+SLURM_ENV = dict(
+    SLURM_JOB_NODELIST="node[01-03]", SLURM_SUBMIT_DIR=str(ROOT), STUB_HOSTS="node01 node02 node03",
+    SLURM_CPUS_ON_NODE=64, SLURM_MEM_PER_NODE=1024, STUB_RAY_STATUS=RAY_STATUS_24_GPUS,
+)
+
+
 def test_slurm_launch(stubs, tmp_path, launched):
     recipe = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
-    proc, calls = run_script(
-        stubs, tmp_path, SLURM,
-        RECIPE=recipe, SLURM_JOB_NODELIST="node[01-03]", SLURM_SUBMIT_DIR=str(ROOT), STUB_HOSTS="node01 node02 node03",
-    )
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **SLURM_ENV)
     assert proc.returncode == 0, proc.stderr
-    ray_starts = sorted(argv for tool, _, _, argv in calls if tool == "ray")
+    ray_starts = sorted(argv for tool, _, _, argv in calls if tool == "ray" and argv[0] == "start")
+    resources = ["--num-cpus=64", "--num-gpus=8", f"--memory={1024 * 1024 * 1024}"]  # the node's CPUs and memory
     assert ray_starts == [
-        ["start", "--address=10.1.2.3:6379", "--num-gpus=8", "--block"],
-        ["start", "--address=10.1.2.3:6379", "--num-gpus=8", "--block"],
-        ["start", "--head", "--node-ip-address=10.1.2.3", "--port=6379", "--num-gpus=8", "--block"],
+        ["start", "--address=10.1.2.3:6379", *resources, "--block"],
+        ["start", "--address=10.1.2.3:6379", *resources, "--block"],
+        ["start", "--head", "--node-ip-address=10.1.2.3", "--port=6379", *resources, "--block"],
     ]
-    srun_nodes = sorted(argv[argv.index("-w") + 1] for tool, _, _, argv in calls if tool == "srun")
-    assert srun_nodes == ["node01", "node01", "node01", "node02", "node03"]  # ip, head, driver, 2 workers
+    srun_steps = sorted((argv[argv.index("-w") + 1], argv[argv.index("-w") + 2]) for tool, _, _, argv in calls if tool == "srun")
+    assert srun_steps == [("node01", "bash"), ("node01", "hostname"), ("node01", "ray"), ("node02", "ray"), ("node03", "ray")]
+    for tool, _, _, argv in calls:  # each Ray node's step gets the node's CPUs, not srun's default one
+        if tool == "srun" and argv[argv.index("-w") + 2] == "ray":
+            assert "--cpus-per-task=64" in argv and "--mem=0" in argv
+    # the driver starts only once `ray status` shows every GPU
+    order = [(tool, argv[0] if argv else "") for tool, _, _, argv in calls]
+    assert order.index(("ray", "status")) < order.index(("python3", "-m"))
     (driver,) = [c for c in calls if c[0] == "python3"]
     assert driver[1:3] == ("10.1.2.3:6379", "direct")  # joins the cluster, runs the driver in place
     ov, ref = as_dict(launched_overrides([driver])), as_dict(launched[recipe][1])
     assert ov.pop("trainer.nnodes") == "3" and ref.pop("trainer.nnodes") == "16"
     assert ov == ref
+
+
+def test_slurm_waits_for_every_gpu_then_fails_clearly(stubs, tmp_path):
+    recipe = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
+    short = RAY_STATUS_24_GPUS.replace("0.0/24.0 GPU", "0.0/16.0 GPU")  # one worker never joined
+    env = {**SLURM_ENV, "STUB_RAY_STATUS": short, "RAY_CLUSTER_TIMEOUT": 30, "RAY_POLL_INTERVAL": 5}
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **env)
+    assert proc.returncode == 1
+    assert "only 16 of 24 GPUs registered with Ray at 10.1.2.3:6379 after 30s" in proc.stderr
+    assert sum(1 for tool, _, _, argv in calls if tool == "ray" and argv[:1] == ["status"]) == 6  # 30 s / 5 s
+    assert sum(1 for tool, _, _, argv in calls if tool == "sleep") == 5
+    assert not [c for c in calls if c[0] == "python3"]  # no driver on a partial cluster
+
+
+def test_slurm_head_address_is_ipv4_not_loopback(stubs, tmp_path):
+    recipe = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **{**SLURM_ENV, "STUB_IPS": "127.0.1.1 fe80::1 10.9.8.7 10.0.0.5"})
+    assert proc.returncode == 0, proc.stderr
+    (driver,) = [c for c in calls if c[0] == "python3"]
+    assert driver[1] == "10.9.8.7:6379"
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **{**SLURM_ENV, "STUB_IPS": "127.0.1.1 fe80::1"})
+    assert proc.returncode == 1 and "no non-loopback IPv4 address on node01: set HEAD_IP" in proc.stderr
+    assert not [c for c in calls if c[0] == "ray"]
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **{**SLURM_ENV, "SLURM_CPUS_ON_NODE": ""})
+    assert proc.returncode == 1 and "set RAY_CPUS" in proc.stderr and not calls
+
+
+def test_slurm_exports_nccl_settings_to_every_ray_node(stubs, tmp_path):
+    """`ray start` runs with verl's NCCL settings in its environment (Ray workers inherit it)."""
+    extra = tmp_path / "env_bin"
+    extra.mkdir()
+    ray = extra / "ray"
+    ray.write_text('#!/usr/bin/env bash\nenv | grep -E "^(TORCH_NCCL|NCCL_)" | sort >> "${STUB_LOG_DIR}/../ray_env"\n'
+                   'exec "${STUBS_DIR}/ray" "$@"\n')
+    ray.chmod(0o755)
+    path = f"{extra}:{stubs}:{os.environ['PATH']}"
+    proc, _ = run_script(stubs, tmp_path, SLURM, RECIPE="recipes/dapo/run_dapo_token_qwen2.5_32b.sh",
+                         PATH=path, STUBS_DIR=stubs, NCCL_SOCKET_IFNAME="ib0", **SLURM_ENV)
+    assert proc.returncode == 0, proc.stderr
+    seen = (tmp_path / "ray_env").read_text().splitlines()
+    for line in ("TORCH_NCCL_AVOID_RECORD_STREAMS=1", "NCCL_CUMEM_ENABLE=0", "NCCL_SOCKET_IFNAME=ib0"):
+        assert seen.count(line) >= 4, (line, seen)  # head, two workers, status polls
+
+
+def test_launch_can_ship_the_package(stubs, tmp_path):
+    import json
+
+    script = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
+    proc, calls = run_script(stubs, tmp_path, script, SHIP_PACKAGE=1)
+    assert proc.returncode == 0, proc.stderr
+    (tool, _, _, argv) = calls[0]
+    runtime_env = json.loads(next(a for a in argv if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+    assert runtime_env["py_modules"] == [str(ROOT / "gtpo_verl")]
+    # no entry point where the package is only shipped: verl imports it through VERL_USE_EXTERNAL_MODULES
+    assert runtime_env["env_vars"] == {
+        "TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "VERL_USE_EXTERNAL_MODULES": "gtpo_verl.integration.registry",
+    }
+    import verl
+
+    assert "VERL_USE_EXTERNAL_MODULES" in Path(verl.__file__).read_text()  # what verl reads on every import
+    proc, calls = run_script(stubs, tmp_path, script, SHIP_PACKAGE=1, RUNTIME_ENV="env.yaml")
+    assert proc.returncode == 2 and "SHIP_PACKAGE" in proc.stderr and not calls
 
 
 def _shellcheck():
