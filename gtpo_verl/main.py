@@ -21,6 +21,7 @@ def run(config) -> None:
     from gtpo_verl.integration.registry import check_registered
     from gtpo_verl.integration.trainer import make_task_runner
     from gtpo_verl.integration.validation import validate_gtpo_config
+    from gtpo_verl.integration.watchdog import exit_if_stalled
     from gtpo_verl.preflight import preflight_enabled, run_preflight
 
     if str(config.trainer.device) == "cpu":  # opt-in CPU mode (gtpo_verl/cpu), before Ray starts
@@ -33,7 +34,11 @@ def run(config) -> None:
     check_registered()
     if preflight_enabled(config):
         run_preflight(config)  # exits 1 with one line per failed check before any worker starts
-    run_ppo(config, task_runner_class=make_task_runner())
+    try:
+        run_ppo(config, task_runner_class=make_task_runner())
+    except Exception as exc:
+        exit_if_stalled(exc)  # gtpo.watchdog: one message, exit status 3, so a requeue resumes
+        raise
 
 
 @hydra.main(config_path="config", config_name="gtpo_trainer", version_base=None)

@@ -262,6 +262,8 @@ def test_every_recipe_sets_its_run_length(script, launched):
     overrides = as_dict(launched[script][1])
     # unset, verl 0.9.1 would run rows // train_batch_size steps (3499 for the DAPO recipes)
     assert int(overrides["trainer.total_training_steps"]) > 0
+    # and a run whose generation hangs exits for a requeue instead of idling (gtpo_verl/integration/watchdog.py)
+    assert float(overrides["gtpo.watchdog.generation_timeout_s"]) >= 1800
 
 
 @pytest.mark.parametrize("new_key", sorted(ALLOWED_NEW_KEYS))

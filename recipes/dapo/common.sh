@@ -79,6 +79,9 @@ offload=${OFFLOAD:-True}                           # FSDP parameter + optimizer 
 use_dynamic_bsz=${USE_DYNAMIC_BSZ:-True}
 max_token_len=${MAX_TOKEN_LEN:-$((max_prompt_length + max_response_length))}
 gpu_memory_utilization=${GPU_MEMORY_UTILIZATION:-0.80}
+# exit (status 3, for a requeue) when generation makes no progress for this long; above the time one
+# 20k-token response can legitimately take after all others are done
+watchdog_timeout_s=${WATCHDOG_TIMEOUT_S:-3600}
 
 dapo_main() {
     launch_main \
@@ -152,6 +155,7 @@ dapo_main() {
         trainer.total_training_steps="${TOTAL_TRAINING_STEPS}" \
         trainer.default_local_dir="${CKPTS_DIR}" \
         trainer.resume_mode=auto \
+        gtpo.watchdog.generation_timeout_s="${watchdog_timeout_s}" \
         "${ALGORITHM_ARGS[@]}" \
         "$@"
 }

@@ -69,6 +69,7 @@ SAVE_FREQ=${SAVE_FREQ:-500}
 MAX_ACTOR_CKPT_TO_KEEP=${MAX_ACTOR_CKPT_TO_KEEP:-2}
 gen_tp=${GEN_TP:-1}
 gpu_memory_utilization=${GPU_MEMORY_UTILIZATION:-0.6}
+watchdog_timeout_s=${WATCHDOG_TIMEOUT_S:-1800} # no generation progress this long → exit 3 (1500-token responses)
 max_token_len=${MAX_TOKEN_LEN:-$((max_prompt_length + max_response_length))}
 
 paper_a_main() {
@@ -129,6 +130,7 @@ paper_a_main() {
         trainer.total_training_steps="${total_training_steps}" \
         trainer.default_local_dir="${CKPTS_DIR}" \
         trainer.resume_mode=auto \
+        gtpo.watchdog.generation_timeout_s="${watchdog_timeout_s}" \
         "${ALGORITHM_ARGS[@]}" \
         "$@"
 }
