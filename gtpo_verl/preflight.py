@@ -148,7 +148,10 @@ def resolve_total_training_steps(config) -> tuple[Optional[int], str]:
 # ---------------------------------------------------------------- where to run the probe
 def cluster_address(config) -> Optional[str]:
     ray_init = config.get("ray_kwargs", {}).get("ray_init", {}) or {}
-    return ray_init.get("address", None) or os.environ.get("RAY_ADDRESS") or None
+    address = ray_init.get("address", None) or os.environ.get("RAY_ADDRESS") or None
+    if address and address.startswith(("http://", "https://")):
+        return "auto"  # a dashboard (job submission) address: join the cluster this machine belongs to
+    return address
 
 
 def ray_runtime_env(config) -> dict:

