@@ -220,7 +220,7 @@ def run_step(schedule: str, rng: np.random.Generator, keep_rate: float) -> dict:
             cluster.submit(prompt)
         return count
 
-    verl_replay_buffer.tq = tq  # verl's module global: its TransferQueue client
+    real_tq, verl_replay_buffer.tq = verl_replay_buffer.tq, tq  # verl's module global: its TransferQueue client
     buffer = verl_replay_buffer.ReplayBuffer(
         trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
         sampler_kwargs={}, poll_interval=POLL_S, refill_fn=refill, filter_groups_metric="acc",
@@ -262,8 +262,11 @@ def run_step(schedule: str, rng: np.random.Generator, keep_rate: float) -> dict:
         return last_debug_time
 
     buffer._wait_for_next_poll = wait_for_next_poll
-    refill(BATCH * (MAX_INFLIGHT_BATCHES if schedule.startswith("upfront") else 1))  # PPOTrainer.prepare_step
-    batch, _ = buffer.sample(global_steps=1, partition_id="train", batch_size=BATCH)
+    try:
+        refill(BATCH * (MAX_INFLIGHT_BATCHES if schedule.startswith("upfront") else 1))  # PPOTrainer.prepare_step
+        batch, _ = buffer.sample(global_steps=1, partition_id="train", batch_size=BATCH)
+    finally:
+        verl_replay_buffer.tq = real_tq
     trained = {key.split("_")[0] for key in batch.keys}
     by_uid = {p.uid: p for p in dispatched}
     trained_tokens = sum(int(by_uid[u].lengths.sum()) for u in trained)
