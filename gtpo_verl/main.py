@@ -2,7 +2,8 @@
 
 verl's own V1 PPO trainer (``trainer.use_v1=true``, any ``trainer.v1.trainer_mode``) with
 the GTPO trainer mixin, on ``gtpo_verl/config/gtpo_trainer.yaml`` (verl's ``ppo_trainer`` plus
-our algorithm blocks). Our start-up checks run before Ray starts; then verl's own.
+our algorithm blocks). Our start-up checks run before Ray starts, then the preflight
+(``gtpo_verl.preflight``: every node of the cluster, ``gtpo.preflight=false`` skips it); then verl's own.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ def run(config) -> None:
     from gtpo_verl.integration.registry import check_registered
     from gtpo_verl.integration.trainer import make_task_runner
     from gtpo_verl.integration.validation import validate_gtpo_config
+    from gtpo_verl.integration.watchdog import exit_if_stalled
+    from gtpo_verl.preflight import preflight_enabled, run_preflight
 
     if str(config.trainer.device) == "cpu":  # opt-in CPU mode (gtpo_verl/cpu), before Ray starts
         from gtpo_verl.cpu import activate
@@ -29,7 +32,13 @@ def run(config) -> None:
     validate_gtpo_config(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     check_registered()
-    run_ppo(config, task_runner_class=make_task_runner())
+    if preflight_enabled(config):
+        run_preflight(config)  # exits 1 with one line per failed check before any worker starts
+    try:
+        run_ppo(config, task_runner_class=make_task_runner())
+    except Exception as exc:
+        exit_if_stalled(exc)  # gtpo.watchdog: one message, exit status 3, so a requeue resumes
+        raise
 
 
 @hydra.main(config_path="config", config_name="gtpo_trainer", version_base=None)

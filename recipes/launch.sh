@@ -2,17 +2,29 @@
 # How every recipe starts `python3 -m gtpo_verl.main` (sourced by recipes/*/common.sh; not run alone).
 #
 #   LAUNCHER=ray      `ray job submit` to the Ray cluster at RAY_ADDRESS (dashboard address, default
-#                     http://localhost:8265). gtpo_verl must be installed on every node (docs/reproduce.md).
+#                     http://localhost:8265). gtpo_verl must be installed on every node (docs/reproduce.md),
+#                     or shipped with the job:
+#   SHIP_PACKAGE=1    (LAUNCHER=ray) upload this checkout's gtpo_verl/ with the job as a Ray `py_modules`
+#                     entry, and have verl import it in every process (VERL_USE_EXTERNAL_MODULES): nodes
+#                     then need only verl's environment. Not with RUNTIME_ENV / a custom RUNTIME_ENV_JSON.
 #   LAUNCHER=direct   run the driver on this machine: a single node (verl starts a local Ray), or a node
 #                     of a running cluster with RAY_ADDRESS=<head ip>:6379 (recipes/slurm/ray_on_slurm.sbatch).
 #   DRY_RUN=1         print the resolved command (every variable expanded, quoted for bash) and exit 0.
 #   DRY_RUN=config    print the composed trainer config for these overrides (Hydra `--cfg job`) and exit;
 #                     needs gtpo_verl installed where it runs, no GPU.
+#   DRY_RUN=preflight run `python3 -m gtpo_verl.preflight` with these overrides and exit with its status:
+#                     every node of the cluster checked, one line per check. With LAUNCHER=ray and
+#                     RAY_ADDRESS set it is submitted as a Ray job like the run (same runtime env,
+#                     waits for it); otherwise it runs here (RAY_ADDRESS=<head>:6379, or this machine).
 
 LAUNCHER=${LAUNCHER:-ray}
+RAY_ADDRESS_GIVEN=${RAY_ADDRESS:+1}
 RAY_ADDRESS=${RAY_ADDRESS:-"http://localhost:8265"}
 RUNTIME_ENV=${RUNTIME_ENV:-}  # a runtime_env YAML file for `ray job submit`; replaces RUNTIME_ENV_JSON
-RUNTIME_ENV_JSON=${RUNTIME_ENV_JSON:-'{"env_vars": {"TORCH_NCCL_AVOID_RECORD_STREAMS": "1"}}'}
+DEFAULT_RUNTIME_ENV_JSON='{"env_vars": {"TORCH_NCCL_AVOID_RECORD_STREAMS": "1"}}'
+RUNTIME_ENV_JSON=${RUNTIME_ENV_JSON:-${DEFAULT_RUNTIME_ENV_JSON}}
+SHIP_PACKAGE=${SHIP_PACKAGE:-0}
+PACKAGE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/gtpo_verl
 WORKING_DIR=${WORKING_DIR:-}  # optional folder uploaded as the job's working directory
 RAY_NO_WAIT=${RAY_NO_WAIT:-1} # 1: `ray job submit --no-wait` (follow with `ray job logs -f <id>`)
 DRY_RUN=${DRY_RUN:-0}
@@ -46,10 +58,21 @@ print_command() {
 # launch_main OVERRIDE...: start (or print) `python3 -m gtpo_verl.main OVERRIDE...` with LAUNCHER.
 launch_main() {
     local -a main=(python3 -m gtpo_verl.main "$@") cmd=()
+    if [[ "${DRY_RUN}" == preflight ]]; then
+        main=(python3 -m gtpo_verl.preflight "$@")
+        RAY_NO_WAIT=0 # its exit status is the answer
+        if [[ "${LAUNCHER}" == ray && -z "${RAY_ADDRESS_GIVEN}" ]]; then LAUNCHER=direct; fi
+    fi
     case "${LAUNCHER}" in
     ray)
         cmd=(ray job submit "--address=${RAY_ADDRESS}")
-        if [[ -n "${RUNTIME_ENV}" ]]; then
+        if [[ "${SHIP_PACKAGE}" != 0 ]]; then
+            if [[ -n "${RUNTIME_ENV}" || "${RUNTIME_ENV_JSON}" != "${DEFAULT_RUNTIME_ENV_JSON}" ]]; then
+                echo "SHIP_PACKAGE=1 writes the runtime env itself: unset RUNTIME_ENV / RUNTIME_ENV_JSON, or add \"py_modules\": [\"${PACKAGE_DIR}\"] and VERL_USE_EXTERNAL_MODULES=gtpo_verl.integration.registry to yours." >&2
+                return 2
+            fi
+            cmd+=("--runtime-env-json={\"env_vars\": {\"TORCH_NCCL_AVOID_RECORD_STREAMS\": \"1\", \"VERL_USE_EXTERNAL_MODULES\": \"gtpo_verl.integration.registry\"}, \"py_modules\": [\"${PACKAGE_DIR}\"]}")
+        elif [[ -n "${RUNTIME_ENV}" ]]; then
             cmd+=("--runtime-env=${RUNTIME_ENV}")
         else
             cmd+=("--runtime-env-json=${RUNTIME_ENV_JSON}")
@@ -65,7 +88,7 @@ launch_main() {
         ;;
     esac
     case "${DRY_RUN}" in
-    0) "${cmd[@]}" ;;
+    0 | preflight) "${cmd[@]}" ;;
     config) "${main[@]}" --cfg job ;;
     *)
         echo "# DRY_RUN=${DRY_RUN}: nothing launched. ${0##*/} with LAUNCHER=${LAUNCHER} runs:"

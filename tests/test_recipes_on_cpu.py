@@ -88,11 +88,11 @@ printf '%s\0' "$(basename "$0")" "${RAY_ADDRESS-}" "${LAUNCHER-}" "$@" > "${STUB
 """
 STUBS = {
     "python3": STUB,
-    "ray": STUB,
+    "ray": STUB + 'if [[ "${1-}" == status ]]; then printf "%b" "${STUB_RAY_STATUS-}"; fi\n',
     "sbatch": STUB,
     "sleep": STUB,
     "scontrol": STUB + 'printf "%s\\n" ${STUB_HOSTS}\n',
-    "hostname": STUB + "echo 10.1.2.3 172.17.0.1\n",
+    "hostname": STUB + 'echo "${STUB_IPS:-10.1.2.3 172.17.0.1}"\n',
     # srun: record, drop srun's own options, run the rest (as srun would on the chosen node)
     "srun": STUB
     + r"""while (($#)); do
@@ -254,6 +254,15 @@ def test_start_up_checks_pass(script, launched):
         assert str(data[key])[len(f"{HOME}/verl/data/") :] in PREPARED
 
 
+@pytest.mark.parametrize("script", TRAINING_RECIPES)
+def test_every_recipe_sets_its_run_length(script, launched):
+    overrides = as_dict(launched[script][1])
+    # unset, verl 0.9.1 would run rows // train_batch_size steps (3499 for the DAPO recipes)
+    assert int(overrides["trainer.total_training_steps"]) > 0
+    # and a run whose generation hangs exits for a requeue instead of idling (gtpo_verl/integration/watchdog.py)
+    assert float(overrides["gtpo.watchdog.generation_timeout_s"]) >= 1800
+
+
 @pytest.mark.parametrize("new_key", sorted(ALLOWED_NEW_KEYS))
 def test_allowed_new_keys_are_read_by_verl(new_key):
     import importlib
@@ -385,6 +394,8 @@ def test_dapo_settings(script, launched):
     assert str(data.val_files).endswith("/aime-2024-dedup.parquet")  # 30 problems × n=32 → best@32
     assert (t.nnodes, t.n_gpus_per_node, t.project_name, t.experiment_name) == (16, 8, "DAPO", DAPO[script])
     assert list(t.logger) == ["console", "wandb"] and t.val_before_train and t.use_v1
+    # the upstream run length: 1,791,700 DAPO-Math rows // gen batch 1536 (not 0.9.1's rows // 512 = 3499)
+    assert (t.total_training_steps, t.total_epochs) == (1791700 // 1536, 1) == (1166, 1)
     (tool, _, _, argv) = calls[0]
     assert len(calls) == 1 and tool == "ray" and argv[:3] == ["job", "submit", "--address=http://localhost:8265"]
     assert "--no-wait" in argv and argv[argv.index("--") + 1 :][:3] == ["python3", "-m", "gtpo_verl.main"]
@@ -393,8 +404,9 @@ def test_dapo_settings(script, launched):
 def test_dapo_knobs_follow_the_environment(stubs, tmp_path):
     script = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
     proc, calls = run_script(
-        stubs, tmp_path, script, "trainer.total_training_steps=3",
+        stubs, tmp_path, script, "trainer.log_val_generations=4",
         NNODES=2, RAY_DATA_HOME="/shared", GTPO_ALPHA2=0.2, GTPO_ALPHA1=0.8, VAL_N=16, LAUNCHER="direct",
+        TOTAL_TRAINING_STEPS=3,
     )
     assert proc.returncode == 0, proc.stderr
     ov = as_dict(launched_overrides(calls))
@@ -402,7 +414,8 @@ def test_dapo_knobs_follow_the_environment(stubs, tmp_path):
     assert ov["trainer.nnodes"] == "2" and ov["actor_rollout_ref.rollout.val_kwargs.n"] == "16"
     assert ov["algorithm.gtpo_token.alpha1"] == "0.8" and ov["algorithm.gtpo_token.alpha2"] == "0.2"
     assert ov["data.train_files"] == "/shared/data/dapo-math-17k.parquet"
-    assert launched_overrides(calls)[-1] == "trainer.total_training_steps=3"  # extra Hydra overrides go last
+    assert ov["trainer.total_training_steps"] == "3"
+    assert launched_overrides(calls)[-1] == "trainer.log_val_generations=4"  # extra Hydra overrides go last
 
     proc, _ = run_script(stubs, tmp_path, script, LAUNCHER="mpirun")
     assert proc.returncode == 2 and "LAUNCHER=ray" in proc.stderr
@@ -425,6 +438,7 @@ def test_paper_a_runs(launched):
         assert str(data.train_files).endswith(("gsm8k_reasoning" if qwen else "math_reasoning") + "/train.parquet")
         assert cfg.reward.custom_reward_function.path == "pkg://gtpo_verl.rewards.format_math"
         assert (t.nnodes, t.n_gpus_per_node) == (1, 8) and launched[script][0][0][0] == "python3"  # LAUNCHER=direct
+        assert t.total_training_steps == (7473 if qwen else 7500)  # one epoch of the train split at 1 prompt per step
         # GTPO and its GRPO baseline differ only in the algorithm block
         other = as_dict(launched[f"recipes/gtpo_traj/{partner}"][1])
         mine = as_dict(overrides)
@@ -432,26 +446,134 @@ def test_paper_a_runs(launched):
         assert all(re.match(r"^(algorithm\.|trainer\.experiment_name$|trainer\.default_local_dir$)", k) for k in differing), differing
 
 
+# `ray status` of a cluster with 3 nodes × 8 GPUs registered (Ray 2.x "Usage:" section)
+RAY_STATUS_24_GPUS = r"""======== Autoscaler status ========
+Node status
+---------------------------------------------------------------
+Active:
+ 3 node_1a2b
+Resources
+---------------------------------------------------------------
+Usage:
+ 0.0/192.0 CPU
+ 0.0/24.0 GPU
+ 0B/1.50TiB memory
+"""
+SLURM_ENV = dict(
+    SLURM_JOB_NODELIST="node[01-03]", SLURM_SUBMIT_DIR=str(ROOT), STUB_HOSTS="node01 node02 node03",
+    SLURM_CPUS_ON_NODE=64, SLURM_MEM_PER_NODE=1024, STUB_RAY_STATUS=RAY_STATUS_24_GPUS,
+)
+
+
 def test_slurm_launch(stubs, tmp_path, launched):
     recipe = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
-    proc, calls = run_script(
-        stubs, tmp_path, SLURM,
-        RECIPE=recipe, SLURM_JOB_NODELIST="node[01-03]", SLURM_SUBMIT_DIR=str(ROOT), STUB_HOSTS="node01 node02 node03",
-    )
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **SLURM_ENV)
     assert proc.returncode == 0, proc.stderr
-    ray_starts = sorted(argv for tool, _, _, argv in calls if tool == "ray")
+    ray_starts = sorted(argv for tool, _, _, argv in calls if tool == "ray" and argv[0] == "start")
+    resources = ["--num-cpus=64", "--num-gpus=8", f"--memory={1024 * 1024 * 1024}"]  # the node's CPUs and memory
     assert ray_starts == [
-        ["start", "--address=10.1.2.3:6379", "--num-gpus=8", "--block"],
-        ["start", "--address=10.1.2.3:6379", "--num-gpus=8", "--block"],
-        ["start", "--head", "--node-ip-address=10.1.2.3", "--port=6379", "--num-gpus=8", "--block"],
+        ["start", "--address=10.1.2.3:6379", *resources, "--block"],
+        ["start", "--address=10.1.2.3:6379", *resources, "--block"],
+        ["start", "--head", "--node-ip-address=10.1.2.3", "--port=6379", *resources, "--block"],
     ]
-    srun_nodes = sorted(argv[argv.index("-w") + 1] for tool, _, _, argv in calls if tool == "srun")
-    assert srun_nodes == ["node01", "node01", "node01", "node02", "node03"]  # ip, head, driver, 2 workers
+    srun_steps = sorted((argv[argv.index("-w") + 1], argv[argv.index("-w") + 2]) for tool, _, _, argv in calls if tool == "srun")
+    assert srun_steps == [("node01", "bash"), ("node01", "hostname"), ("node01", "ray"), ("node02", "ray"), ("node03", "ray")]
+    for tool, _, _, argv in calls:  # each Ray node's step gets the node's CPUs, not srun's default one
+        if tool == "srun" and argv[argv.index("-w") + 2] == "ray":
+            assert "--cpus-per-task=64" in argv and "--mem=0" in argv
+    # the driver starts only once `ray status` shows every GPU
+    order = [(tool, argv[0] if argv else "") for tool, _, _, argv in calls]
+    assert order.index(("ray", "status")) < order.index(("python3", "-m"))
     (driver,) = [c for c in calls if c[0] == "python3"]
     assert driver[1:3] == ("10.1.2.3:6379", "direct")  # joins the cluster, runs the driver in place
     ov, ref = as_dict(launched_overrides([driver])), as_dict(launched[recipe][1])
     assert ov.pop("trainer.nnodes") == "3" and ref.pop("trainer.nnodes") == "16"
     assert ov == ref
+
+
+def test_slurm_waits_for_every_gpu_then_fails_clearly(stubs, tmp_path):
+    recipe = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
+    short = RAY_STATUS_24_GPUS.replace("0.0/24.0 GPU", "0.0/16.0 GPU")  # one worker never joined
+    env = {**SLURM_ENV, "STUB_RAY_STATUS": short, "RAY_CLUSTER_TIMEOUT": 30, "RAY_POLL_INTERVAL": 5}
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **env)
+    assert proc.returncode == 1
+    assert "only 16 of 24 GPUs registered with Ray at 10.1.2.3:6379 after 30s" in proc.stderr
+    assert sum(1 for tool, _, _, argv in calls if tool == "ray" and argv[:1] == ["status"]) == 6  # 30 s / 5 s
+    assert sum(1 for tool, _, _, argv in calls if tool == "sleep") == 5
+    assert not [c for c in calls if c[0] == "python3"]  # no driver on a partial cluster
+
+
+def test_slurm_head_address_is_ipv4_not_loopback(stubs, tmp_path):
+    recipe = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **{**SLURM_ENV, "STUB_IPS": "127.0.1.1 fe80::1 10.9.8.7 10.0.0.5"})
+    assert proc.returncode == 0, proc.stderr
+    (driver,) = [c for c in calls if c[0] == "python3"]
+    assert driver[1] == "10.9.8.7:6379"
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **{**SLURM_ENV, "STUB_IPS": "127.0.1.1 fe80::1"})
+    assert proc.returncode == 1 and "no non-loopback IPv4 address on node01: set HEAD_IP" in proc.stderr
+    assert not [c for c in calls if c[0] == "ray"]
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **{**SLURM_ENV, "SLURM_CPUS_ON_NODE": ""})
+    assert proc.returncode == 1 and "set RAY_CPUS" in proc.stderr and not calls
+
+
+def test_slurm_exports_nccl_settings_to_every_ray_node(stubs, tmp_path):
+    """`ray start` runs with verl's NCCL settings in its environment (Ray workers inherit it)."""
+    extra = tmp_path / "env_bin"
+    extra.mkdir()
+    ray = extra / "ray"
+    ray.write_text('#!/usr/bin/env bash\nenv | grep -E "^(TORCH_NCCL|NCCL_)" | sort >> "${STUB_LOG_DIR}/../ray_env"\n'
+                   'exec "${STUBS_DIR}/ray" "$@"\n')
+    ray.chmod(0o755)
+    path = f"{extra}:{stubs}:{os.environ['PATH']}"
+    proc, _ = run_script(stubs, tmp_path, SLURM, RECIPE="recipes/dapo/run_dapo_token_qwen2.5_32b.sh",
+                         PATH=path, STUBS_DIR=stubs, NCCL_SOCKET_IFNAME="ib0", **SLURM_ENV)
+    assert proc.returncode == 0, proc.stderr
+    seen = (tmp_path / "ray_env").read_text().splitlines()
+    for line in ("TORCH_NCCL_AVOID_RECORD_STREAMS=1", "NCCL_CUMEM_ENABLE=0", "NCCL_SOCKET_IFNAME=ib0"):
+        assert seen.count(line) >= 4, (line, seen)  # head, two workers, status polls
+
+
+def test_launch_can_ship_the_package(stubs, tmp_path):
+    import json
+
+    script = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
+    proc, calls = run_script(stubs, tmp_path, script, SHIP_PACKAGE=1)
+    assert proc.returncode == 0, proc.stderr
+    (tool, _, _, argv) = calls[0]
+    runtime_env = json.loads(next(a for a in argv if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+    assert runtime_env["py_modules"] == [str(ROOT / "gtpo_verl")]
+    # no entry point where the package is only shipped: verl imports it through VERL_USE_EXTERNAL_MODULES
+    assert runtime_env["env_vars"] == {
+        "TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "VERL_USE_EXTERNAL_MODULES": "gtpo_verl.integration.registry",
+    }
+    import verl
+
+    assert "VERL_USE_EXTERNAL_MODULES" in Path(verl.__file__).read_text()  # what verl reads on every import
+    proc, calls = run_script(stubs, tmp_path, script, SHIP_PACKAGE=1, RUNTIME_ENV="env.yaml")
+    assert proc.returncode == 2 and "SHIP_PACKAGE" in proc.stderr and not calls
+
+
+def test_dry_run_preflight_goes_where_the_run_would(stubs, tmp_path):
+    script = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
+    # a Ray cluster named: submitted as a job with the run's runtime env, waited for (its status is the answer)
+    proc, calls = run_script(stubs, tmp_path, script, DRY_RUN="preflight", RAY_ADDRESS="http://head:8265", SHIP_PACKAGE=1)
+    assert proc.returncode == 0, proc.stderr
+    ((tool, _, _, argv),) = calls
+    assert tool == "ray" and argv[:3] == ["job", "submit", "--address=http://head:8265"] and "--no-wait" not in argv
+    assert any('"py_modules"' in a for a in argv)
+    tail = argv[argv.index("--") + 1 :]
+    assert tail[:3] == ["python3", "-m", "gtpo_verl.preflight"] and tail[3:] == launched_overrides_of(stubs, tmp_path, script)
+    # none named (or LAUNCHER=direct): this machine runs it, and it finds the cluster from RAY_ADDRESS itself
+    for env in ({}, {"LAUNCHER": "direct", "RAY_ADDRESS": "10.0.0.1:6379"}):
+        proc, calls = run_script(stubs, tmp_path, script, DRY_RUN="preflight", **env)
+        assert proc.returncode == 0 and [c[0] for c in calls] == ["python3"]
+        assert calls[0][3][:2] == ["-m", "gtpo_verl.preflight"]
+
+
+def launched_overrides_of(stubs, tmp_path, script):
+    proc, calls = run_script(stubs, tmp_path, script, LAUNCHER="direct")
+    assert proc.returncode == 0, proc.stderr
+    return launched_overrides(calls)
 
 
 def _shellcheck():

@@ -28,6 +28,7 @@ from gtpo_verl.integration.config import GTPOSettings, GTPOTrajConfig
 from gtpo_verl.integration.context import bind_estimator_inputs
 from gtpo_verl.integration.diagnostics import PREFIX, EntropyWatch, estimator_metrics, masked_token_mean
 from gtpo_verl.integration.registry import ESTIMATOR_NAMES, check_registered
+from gtpo_verl.integration.watchdog import install_generation_watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +114,7 @@ class GTPOTrainerMixin:
     def on_init_end(self):
         super().on_init_end()
         check_registered()  # plugin import errors are silent in verl: fail here, in the TaskRunner
+        install_generation_watchdog(self)  # gtpo.watchdog.generation_timeout_s (off when null)
 
     def _compute_advantage(self, batch, metrics: dict):
         estimator = str(self.config.algorithm.adv_estimator)

@@ -66,6 +66,11 @@ TEST_FREQ=${TEST_FREQ:-5}
 SAVE_FREQ=${SAVE_FREQ:-5}
 MAX_ACTOR_CKPT_TO_KEEP=${MAX_ACTOR_CKPT_TO_KEEP:-2} # 32B in fp32 + Adam moments: ~0.4 TB per checkpoint
 TOTAL_EPOCHS=${TOTAL_EPOCHS:-1}
+# Run length of the upstream DAPO 32B run: its V0 trainer counted steps as batches of its dataloader,
+# which fetched gen_batch_size = 1536 prompts: 1,791,700 rows // 1536 = 1166 steps in one epoch (fewer
+# when dynamic sampling used more than one generation batch per step). verl 0.9.1's V1 trainer counts
+# rows // train_batch_size = 3499 instead, so the length is set explicitly (Paper B does not publish its own).
+TOTAL_TRAINING_STEPS=${TOTAL_TRAINING_STEPS:-1166}
 
 # ---- performance (no effect on the algorithm) ----
 sp_size=${SP_SIZE:-8}                              # Ulysses sequence parallel
@@ -74,6 +79,9 @@ offload=${OFFLOAD:-True}                           # FSDP parameter + optimizer 
 use_dynamic_bsz=${USE_DYNAMIC_BSZ:-True}
 max_token_len=${MAX_TOKEN_LEN:-$((max_prompt_length + max_response_length))}
 gpu_memory_utilization=${GPU_MEMORY_UTILIZATION:-0.80}
+# exit (status 3, for a requeue) when generation makes no progress for this long; above the time one
+# 20k-token response can legitimately take after all others are done
+watchdog_timeout_s=${WATCHDOG_TIMEOUT_S:-3600}
 
 dapo_main() {
     launch_main \
@@ -144,8 +152,10 @@ dapo_main() {
         trainer.save_freq="${SAVE_FREQ}" \
         trainer.max_actor_ckpt_to_keep="${MAX_ACTOR_CKPT_TO_KEEP}" \
         trainer.total_epochs="${TOTAL_EPOCHS}" \
+        trainer.total_training_steps="${TOTAL_TRAINING_STEPS}" \
         trainer.default_local_dir="${CKPTS_DIR}" \
         trainer.resume_mode=auto \
+        gtpo.watchdog.generation_timeout_s="${watchdog_timeout_s}" \
         "${ALGORITHM_ARGS[@]}" \
         "$@"
 }

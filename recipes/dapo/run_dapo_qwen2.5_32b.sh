@@ -5,14 +5,15 @@
 #
 # verl==0.9.1 (REQUIRED: the V1 trainer's dynamic sampling and reward keys), gtpo_verl installed on every node.
 # GPUs: 16 nodes × 8 (80 GB class, H800/H100/A100); the upstream DAPO script ran on 16×8 H800/H20.
-# Time: not measured by us; a step samples ≥ 512 × 16 responses of up to 20k tokens, budget days.
+# Time: not measured by us; 1,166 steps (the upstream run length, TOTAL_TRAINING_STEPS), each sampling
+# ≥ 512 × 16 responses of up to 20k tokens: budget days.
 #
 # Launch (submit to a running Ray cluster; follow with `ray job logs -f <id>`):
 #   RAY_ADDRESS=http://<head>:8265 MODEL_PATH=/models/Qwen2.5-32B bash recipes/dapo/run_dapo_qwen2.5_32b.sh
 # On SLURM (starts Ray head + workers, then this driver):
 #   RECIPE=recipes/dapo/run_dapo_qwen2.5_32b.sh sbatch --nodes=16 recipes/slurm/ray_on_slurm.sbatch
 # Print the resolved command, launch nothing:      DRY_RUN=1 bash recipes/dapo/run_dapo_qwen2.5_32b.sh
-# Extra Hydra overrides go last:                   bash recipes/dapo/run_dapo_qwen2.5_32b.sh trainer.total_training_steps=200
+# Extra Hydra overrides go last:                   bash recipes/dapo/run_dapo_qwen2.5_32b.sh trainer.log_val_generations=10
 #
 # The three DAPO scripts differ only in their algorithm block; all else is recipes/dapo/common.sh.
 set -euo pipefail

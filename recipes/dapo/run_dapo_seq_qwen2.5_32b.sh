@@ -6,7 +6,8 @@
 #
 # verl==0.9.1 (REQUIRED: the V1 trainer's dynamic sampling and reward keys), gtpo_verl installed on every node.
 # GPUs: 16 nodes × 8 (80 GB class, H800/H100/A100); the upstream DAPO script ran on 16×8 H800/H20.
-# Time: not measured by us; a step samples ≥ 512 × 16 responses of up to 20k tokens, budget days.
+# Time: not measured by us; 1,166 steps (the upstream run length, TOTAL_TRAINING_STEPS), each sampling
+# ≥ 512 × 16 responses of up to 20k tokens: budget days.
 #
 # Launch (submit to a running Ray cluster; follow with `ray job logs -f <id>`):
 #   RAY_ADDRESS=http://<head>:8265 MODEL_PATH=/models/Qwen2.5-32B bash recipes/dapo/run_dapo_seq_qwen2.5_32b.sh

@@ -27,12 +27,14 @@ qwen2.5_3b_gsm8k) # Qwen GSM8K colab: lr 2e-6, warm-up ratio 0.01
     DATA_DIR=${DATA_DIR:-"${RAY_DATA_HOME}/data/gsm8k_reasoning"} # recipes/data/prepare_gsm8k.py
     lr=${LR:-2e-6}
     lr_warmup_ratio=${LR_WARMUP_RATIO:-0.01}
+    total_training_steps=${TOTAL_TRAINING_STEPS:-7473} # one epoch of GSM8K train at 1 prompt per step (official code)
     ;;
 llama3.1_8b_math) # official config.yaml (LLaMA, MATH): lr 1e-6, warm-up ratio 0.005
     MODEL_PATH=${MODEL_PATH:-"${RAY_DATA_HOME}/models/Meta-Llama-3.1-8B-Instruct"}
     DATA_DIR=${DATA_DIR:-"${RAY_DATA_HOME}/data/math_reasoning"} # recipes/data/prepare_math.py
     lr=${LR:-1e-6}
     lr_warmup_ratio=${LR_WARMUP_RATIO:-0.005}
+    total_training_steps=${TOTAL_TRAINING_STEPS:-7500} # one epoch of MATH train (7 subsets) at 1 prompt per step
     ;;
 *)
     echo "SETTING=${SETTING:-} is not a Paper A setting: qwen2.5_3b_gsm8k or llama3.1_8b_math" >&2
@@ -67,6 +69,7 @@ SAVE_FREQ=${SAVE_FREQ:-500}
 MAX_ACTOR_CKPT_TO_KEEP=${MAX_ACTOR_CKPT_TO_KEEP:-2}
 gen_tp=${GEN_TP:-1}
 gpu_memory_utilization=${GPU_MEMORY_UTILIZATION:-0.6}
+watchdog_timeout_s=${WATCHDOG_TIMEOUT_S:-1800} # no generation progress this long → exit 3 (1500-token responses)
 max_token_len=${MAX_TOKEN_LEN:-$((max_prompt_length + max_response_length))}
 
 paper_a_main() {
@@ -124,8 +127,10 @@ paper_a_main() {
         trainer.save_freq="${SAVE_FREQ}" \
         trainer.max_actor_ckpt_to_keep="${MAX_ACTOR_CKPT_TO_KEEP}" \
         trainer.total_epochs="${total_epochs}" \
+        trainer.total_training_steps="${total_training_steps}" \
         trainer.default_local_dir="${CKPTS_DIR}" \
         trainer.resume_mode=auto \
+        gtpo.watchdog.generation_timeout_s="${watchdog_timeout_s}" \
         "${ALGORITHM_ARGS[@]}" \
         "$@"
 }
