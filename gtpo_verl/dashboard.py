@@ -68,7 +68,9 @@ SECTIONS: list[tuple[str, list[tuple[str, list[str]]]]] = [
         ("throughput", ["perf/throughput"]),
     ]),
 ]
-X_AXIS = "training/global_step"
+# wandb's own step, which verl sets to the global step on every log call (``training/global_step``
+# is missing from the validation before training, so step-0 pass@k would not be drawn)
+X_AXIS = "Step"
 # Metrics a CPU run cannot log, with the reason (the dashboard test checks every other metric
 # against a real CPU run's metrics file)
 NOT_ON_CPU = {
