@@ -32,7 +32,8 @@ DAPO = [
     "actor_rollout_ref.actor.clip_ratio_low=0.2",
     "actor_rollout_ref.actor.clip_ratio_high=0.28",
     "actor_rollout_ref.actor.clip_ratio_c=10.0",
-    "algorithm.filter_groups.enable=" + os.environ.get("DEMO_DYNAMIC_SAMPLING", "false"),
+    # dynamic sampling exactly as the recipes set it: evict groups whose `acc` is all-equal, refill
+    "algorithm.filter_groups.enable=true",
     "algorithm.filter_groups.metric=acc",
     "algorithm.use_kl_in_reward=false",
     "actor_rollout_ref.actor.use_kl_loss=false",
@@ -169,6 +170,7 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--runs", default=",".join(RUNS))
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per launch")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra override for every run")
     args = parser.parse_args()
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
@@ -190,7 +192,7 @@ def main() -> int:
             f"trainer.experiment_name={run}",
             f"trainer.default_local_dir={run_dir}/checkpoints",
             f"trainer.save_freq={first_steps if resume else -1}",
-        ]
+        ] + args.set
         launches = [("train", base)]
         if resume:  # relaunch: verl resumes from the checkpoint (and our state) and runs the rest
             launches.append(("resume", [o for o in base if not o.startswith(("trainer.total_training_steps", "trainer.test_freq"))]
