@@ -153,16 +153,20 @@ def main() -> int:
     parser.add_argument("--timeout", type=int, default=1200, help="seconds for the job")
     args = parser.parse_args()
     out = os.path.abspath(args.out)
-    shutil.rmtree(out, ignore_errors=True)  # a fresh run: checkpoints of an earlier one would be resumed
-    os.makedirs(out)
+    os.makedirs(out, exist_ok=True)
     started = time.time()
 
     data_dir, model_dir = os.path.join(out, "data"), os.path.join(out, "tiny_qwen2")
     write_parquet(os.path.join(data_dir, "train.parquet"), 256, 0, "train")
     write_parquet(os.path.join(data_dir, "val.parquet"), 16, 1, "val")
-    subprocess.run([sys.executable, os.path.join(HERE, "build_model.py"), model_dir], check=True)
+    if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
+        subprocess.run([sys.executable, os.path.join(HERE, "build_model.py"), model_dir], check=True)
 
     audit_dir, metrics_path = os.path.join(out, "audit"), os.path.join(out, "metrics.jsonl")
+    for stale in ("checkpoints", "audit"):  # a fresh run each time: nothing resumed or re-checked
+        shutil.rmtree(os.path.join(out, stale), ignore_errors=True)
+    if os.path.exists(metrics_path):
+        os.remove(metrics_path)
     audit_steps = sorted({2, args.steps}) if args.steps >= 2 else [1]
     batch = args.prompts
     overrides = RUNS[RUN] + CLUSTER + [
@@ -202,6 +206,7 @@ def main() -> int:
     gcs = f"127.0.0.1:{gcs_port}"
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     env.pop("RAY_ADDRESS", None)
+    env["RAY_AUTH_MODE"] = "token"  # `ray start` enables token auth; every client here must present the token
     common = ["--num-cpus=16", "--num-gpus=1", "--block", "--disable-usage-stats"]  # logical CPUs (see the CPU preset)
     nodes: list[subprocess.Popen] = []
     summary: dict = {"run": RUN, "steps": args.steps}
