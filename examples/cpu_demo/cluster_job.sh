@@ -9,7 +9,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
 export LAUNCHER=ray
 export RAY_NO_WAIT=0  # wait for the job and stream its log (the recipes default to --no-wait)
-# shellcheck source=../../recipes/launch.sh
+# shellcheck source-path=SCRIPTDIR source=../../recipes/launch.sh
 source "${ROOT}/recipes/launch.sh"
 
 launch_main --config-name gtpo_trainer_cpu "$@"

@@ -142,34 +142,11 @@ def wait_for_nodes(gcs: str, env: dict, count: int, timeout: float) -> dict:
         time.sleep(3)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=os.path.join(ROOT, "outputs", "demo_cluster"))
-    parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--prompts", type=int, default=6, help="train_batch_size; 6 × 4 rows are padded to 32")
-    parser.add_argument("--group", type=int, default=4)
-    parser.add_argument("--mini-batch", type=int, default=4, help="ppo_mini_batch_size (prompts)")
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--timeout", type=int, default=1200, help="seconds for the job")
-    args = parser.parse_args()
-    out = os.path.abspath(args.out)
-    os.makedirs(out, exist_ok=True)
-    started = time.time()
-
-    data_dir, model_dir = os.path.join(out, "data"), os.path.join(out, "tiny_qwen2")
-    write_parquet(os.path.join(data_dir, "train.parquet"), 256, 0, "train")
-    write_parquet(os.path.join(data_dir, "val.parquet"), 16, 1, "val")
-    if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
-        subprocess.run([sys.executable, os.path.join(HERE, "build_model.py"), model_dir], check=True)
-
-    audit_dir, metrics_path = os.path.join(out, "audit"), os.path.join(out, "metrics.jsonl")
-    for stale in ("checkpoints", "audit"):  # a fresh run each time: nothing resumed or re-checked
-        shutil.rmtree(os.path.join(out, stale), ignore_errors=True)
-    if os.path.exists(metrics_path):
-        os.remove(metrics_path)
+def job_overrides(args, out: str, data_dir: str, model_dir: str, audit_dir: str) -> list[str]:
+    """The job's Hydra overrides: DAPO_TOKEN as in the single-node demo, the cluster shape, the audit."""
     audit_steps = sorted({2, args.steps}) if args.steps >= 2 else [1]
     batch = args.prompts
-    overrides = RUNS[RUN] + CLUSTER + [
+    return RUNS[RUN] + CLUSTER + [
         f"data.train_files={data_dir}/train.parquet",
         f"data.val_files={data_dir}/val.parquet",
         f"data.train_batch_size={batch}",
@@ -199,6 +176,38 @@ def main() -> int:
         "actor_rollout_ref.actor.data_loader_seed=1",
         "actor_rollout_ref.rollout.seed=1",
     ]
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=os.path.join(ROOT, "outputs", "demo_cluster"))
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--prompts", type=int, default=6, help="train_batch_size; 6 × 4 rows are padded to 32")
+    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--mini-batch", type=int, default=4, help="ppo_mini_batch_size (prompts)")
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--timeout", type=int, default=1200, help="seconds for the job")
+    return parser.parse_args(argv)
+
+
+def main() -> int:
+    args = parse_args()
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    started = time.time()
+
+    data_dir, model_dir = os.path.join(out, "data"), os.path.join(out, "tiny_qwen2")
+    write_parquet(os.path.join(data_dir, "train.parquet"), 256, 0, "train")
+    write_parquet(os.path.join(data_dir, "val.parquet"), 16, 1, "val")
+    if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
+        subprocess.run([sys.executable, os.path.join(HERE, "build_model.py"), model_dir], check=True)
+
+    audit_dir, metrics_path = os.path.join(out, "audit"), os.path.join(out, "metrics.jsonl")
+    for stale in ("checkpoints", "audit"):  # a fresh run each time: nothing resumed or re-checked
+        shutil.rmtree(os.path.join(out, stale), ignore_errors=True)
+    if os.path.exists(metrics_path):
+        os.remove(metrics_path)
+    overrides = job_overrides(args, out, data_dir, model_dir, audit_dir)
     assert all(o in overrides for o in DAPO)  # the DAPO knobs of the single-node demo, dynamic sampling on
 
     temp_dir = tempfile.mkdtemp(prefix="gtpo_ray_")  # short: Ray's socket paths must fit 107 bytes
