@@ -5,9 +5,9 @@ gloo) through `python -m gtpo_verl.main`, for DAPO, DAPO_TOKEN, DAPO_SEQ and GTP
     .venv-demo/bin/python examples/cpu_demo/run_demo.py [--steps 12] [--out outputs/demo]
 
 Writes OUT/summary.json (per run: steps, final metrics incl. every gtpo/ metric, seconds per
-step, start-up time) and OUT/curves.png (reward, entropy, response length per run), prints a
-table, and exits non-zero if a run fails, a metric is NaN, or an expected gtpo/ metric is
-missing (CI relies on that).
+step, start-up time; for the DAPO runs the groups dynamic sampling evicted) and OUT/curves.png (reward, entropy, response length per run), prints a
+table, and exits non-zero if a run fails, a metric is NaN, an expected gtpo/ metric is
+missing, or a DAPO run evicted no group (CI relies on that).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ DAPO = [
     "actor_rollout_ref.actor.clip_ratio_low=0.2",
     "actor_rollout_ref.actor.clip_ratio_high=0.28",
     "actor_rollout_ref.actor.clip_ratio_c=10.0",
-    "algorithm.filter_groups.enable=" + os.environ.get("DEMO_DYNAMIC_SAMPLING", "false"),
+    # dynamic sampling exactly as the recipes set it: evict groups whose `acc` is all-equal, refill
+    "algorithm.filter_groups.enable=true",
     "algorithm.filter_groups.metric=acc",
     "algorithm.use_kl_in_reward=false",
     "actor_rollout_ref.actor.use_kl_loss=false",
@@ -169,6 +170,7 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--runs", default=",".join(RUNS))
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per launch")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra override for every run")
     args = parser.parse_args()
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
@@ -190,7 +192,7 @@ def main() -> int:
             f"trainer.experiment_name={run}",
             f"trainer.default_local_dir={run_dir}/checkpoints",
             f"trainer.save_freq={first_steps if resume else -1}",
-        ]
+        ] + args.set
         launches = [("train", base)]
         if resume:  # relaunch: verl resumes from the checkpoint (and our state) and runs the rest
             launches.append(("resume", [o for o in base if not o.startswith(("trainer.total_training_steps", "trainer.test_freq"))]
@@ -220,6 +222,12 @@ def main() -> int:
             final_metrics={k: v for k, v in final.items() if isinstance(v, (int, float))},
             validation={k: v for r in rows for k, v in r.items() if k.startswith("val-")},
         )
+        if "algorithm.filter_groups.enable=true" in RUNS[run]:
+            # verl's own count of groups evicted by dynamic sampling (uids whose `acc` is all-equal)
+            evicted = [int(r.get("training/filter_groups/evicted_samples", 0)) for r in train_rows]
+            record.update(dynamic_sampling=True, evicted_groups_per_step=evicted, evicted_groups_total=sum(evicted))
+            if train_rows and not sum(evicted):
+                failures.append(f"{run}: dynamic sampling evicted no group in {len(train_rows)} steps")
         record["startup_s"] = round(record["wall_s"] - sum(step_times), 1) if step_times else None
         bad = [f"{run}: step {r['step']} {k}={v}" for r in rows for k, v in r.items() if not finite(v)]
         failures += bad
@@ -240,7 +248,7 @@ def main() -> int:
     if history:
         draw(summary, history, os.path.join(out, "curves.png"))
 
-    print(f"\n{'run':<11} {'steps':>5} {'s/step':>7} {'vs DAPO':>7} {'start-up s':>10} {'reward first→last':>18}")
+    print(f"\n{'run':<11} {'steps':>5} {'s/step':>7} {'vs DAPO':>7} {'start-up s':>10} {'evicted':>7} {'reward first→last':>18}")
     for run, record in summary.items():
         if run.startswith("_"):
             continue
@@ -248,6 +256,7 @@ def main() -> int:
         print(
             f"{run:<11} {record['steps_completed']:>5} {fmt(record['seconds_per_step']):>7} "
             f"{fmt(record.get('step_time_ratio_to_DAPO')):>7} {fmt(record['startup_s']):>10} "
+            f"{record.get('evicted_groups_total', '-'):>7} "
             f"{fmt(record['reward_first']):>8} → {fmt(record['reward_last']):<8}"
         )
     print(f"demo wall time {summary['_demo']['wall_s']:.0f} s; summary in {out}/summary.json, curves in {out}/curves.png")

@@ -25,6 +25,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
+from gtpo_verl.audit import dump_audit_step, validate_audit_config
 from gtpo_verl.integration.config import GTPOSettings, GTPOTrajConfig
 from gtpo_verl.integration.context import bind_estimator_inputs
 from gtpo_verl.integration.diagnostics import PREFIX, EntropyWatch, estimator_metrics, masked_token_mean
@@ -137,6 +138,7 @@ class GTPOTrainerMixin:
         mask = _mask_like(nested_entropy, entropy)
         responses = _fit_width(_padded(data["responses"]), entropy.shape[-1]) if "responses" in fields else None
         real_rows = _real_rows(batch)
+        metrics[PREFIX + "batch/padding_rows"] = float((~real_rows).sum())  # verl's dp-divisibility rows
 
         initial_entropy = self._gtpo_initial_entropy(estimator, entropy, mask, real_rows)
         with bind_estimator_inputs(
@@ -149,6 +151,7 @@ class GTPOTrainerMixin:
                 f"verl did not call the {estimator!r} estimator through its registry; is another plugin "
                 "overriding algorithm.adv_estimator handling?"
             )
+        dump_audit_step(self, batch, estimator, entropy, responses, initial_entropy)  # opt-in: gtpo.audit
         if diagnostics:
             group_ids, num_groups = outputs["groups"]
             metrics.update(estimator_metrics(estimator, result, mask, real_rows, group_ids, num_groups))
@@ -276,6 +279,11 @@ def make_task_runner():
             import gtpo_verl.integration.registry  # noqa: F401  (normally loaded by the plugin)
 
             check_registered()
+            validate_audit_config(config)
+            if str(config.trainer.device) == "cpu":  # verl's 8/8/8 helper processes would starve a small machine
+                from gtpo_verl.cpu.workers import cap_worker_counts
+
+                cap_worker_counts(config)
             with gtpo_trainers(config.trainer.v1.trainer_mode):
                 return super().run(config)
 
