@@ -27,7 +27,6 @@ import glob
 import json
 import os
 import sys
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -40,32 +39,16 @@ ESTIMATORS = ("gtpo_token", "grpo_s", "gtpo_traj")
 
 
 # ---------------------------------------------------------------------------------------- config
-@dataclass(frozen=True)
-class AuditSettings:
-    """``gtpo.audit``: the global steps to dump and where."""
+def audit_settings(config: Any):
+    """``gtpo.audit`` as its typed block (``AuditConfig``: steps sorted, each ≥ 1)."""
+    from gtpo_verl.integration.config import GTPOSettings
 
-    steps: tuple[int, ...] = ()
-    dir: Optional[str] = None
-
-    @classmethod
-    def from_config(cls, config: Any) -> "AuditSettings":
-        block = (config.get("gtpo", {}) or {}).get("audit", {}) or {}
-        steps = block.get("steps", None) or []
-        if isinstance(steps, (int, str)):
-            steps = [steps]
-        try:
-            steps = tuple(sorted({int(s) for s in steps}))
-        except (TypeError, ValueError):
-            raise ValueError(f"`gtpo.audit.steps={list(steps)}` must be a list of global step numbers, e.g. [2]") from None
-        if any(s < 1 for s in steps):
-            raise ValueError(f"`gtpo.audit.steps={list(steps)}`: global steps start at 1")
-        directory = block.get("dir", None)
-        return cls(steps=steps, dir=str(directory) if directory else None)
+    return GTPOSettings.from_config(config).audit
 
 
-def validate_audit_config(config: Any) -> AuditSettings:
+def validate_audit_config(config: Any):
     """Start-up check: one clear error naming the key and the fix, before any worker starts."""
-    settings = AuditSettings.from_config(config)
+    settings = audit_settings(config)
     if not settings.steps:
         return settings
     if not settings.dir:
@@ -110,7 +93,7 @@ def _rows(value: torch.Tensor) -> list[list[int]]:
 def dump_audit_step(trainer, batch, estimator: str, entropy: torch.Tensor, responses: torch.Tensor,
                     initial_entropy: Optional[float]) -> Optional[str]:
     """Write ``DIR/step_<k>.pt`` when the current global step is audited (called after the advantages)."""
-    settings = AuditSettings.from_config(trainer.config)
+    settings = audit_settings(trainer.config)
     step = int(getattr(trainer, "global_steps", 0))
     if step not in settings.steps:
         return None

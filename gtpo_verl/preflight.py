@@ -336,7 +336,9 @@ def run_preflight(config, out=None) -> list[Check]:
 
 
 def preflight_enabled(config) -> bool:
-    return bool((config.get("gtpo", {}) or {}).get("preflight", True))
+    from gtpo_verl.integration.config import GTPOSettings
+
+    return GTPOSettings.from_config(config).preflight
 
 
 @hydra.main(config_path="config", config_name="gtpo_trainer", version_base=None)

@@ -41,8 +41,8 @@ def _flat_defaults(cls, prefix=""):
         sub = _sub_block(f)
         if sub is not None:
             out.update(_flat_defaults(sub, f"{prefix}{f.name}."))
-        else:
-            out[prefix + f.name] = f.default
+        else:  # a tuple default is a YAML list
+            out[prefix + f.name] = list(f.default) if isinstance(f.default, tuple) else f.default
     return out
 
 
@@ -128,6 +128,8 @@ def _doc_value(value):
         return "true" if value else "false"
     if isinstance(value, str):
         return f"`{value}`"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(str(v) for v in value) + "]"
     if isinstance(value, float) and value != 0 and abs(value) < 1e-3:
         return f"{value:g}".replace("e-06", "e-6")
     return repr(value)

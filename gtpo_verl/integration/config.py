@@ -394,15 +394,79 @@ class EntropyWarningConfig(_Block):
 
 
 @dataclass(frozen=True)
+class WatchdogConfig(_Block):
+    """``gtpo.watchdog``: fail a run whose generation stalls (integration/watchdog.py)."""
+
+    path: ClassVar[str] = "gtpo.watchdog"
+
+    generation_timeout_s: Optional[float] = None
+    """Seconds without generation progress before the run exits with status 3; null or <= 0 = off."""
+
+    @property
+    def timeout_s(self) -> Optional[float]:
+        """The timeout in seconds, or None when the watchdog is off."""
+        value = self.generation_timeout_s
+        return float(value) if value is not None and float(value) > 0 else None
+
+
+@dataclass(frozen=True)
+class ValidationMetricsConfig(_Block):
+    """``gtpo.validation_metrics``: unbiased pass@k and maj@n next to verl's validation metrics."""
+
+    path: ClassVar[str] = "gtpo.validation_metrics"
+
+    enable: bool = True
+    """Log ``val-gtpo/<data_source>/pass@k`` and ``maj@n`` when validation draws n > 1 samples."""
+    success_threshold: float = 0.0
+    """A sample succeeds when its ``acc`` (or ``reward`` without ``acc``) is above this."""
+
+
+@dataclass(frozen=True)
+class AuditConfig(_Block):
+    """``gtpo.audit``: dump the estimator's inputs and outputs of chosen steps (gtpo_verl/audit.py)."""
+
+    path: ClassVar[str] = "gtpo.audit"
+
+    steps: tuple[int, ...] = ()
+    """Global steps (from 1) whose estimator inputs and advantages are dumped."""
+    dir: Optional[str] = None
+    """Folder for the dumps (``step_<k>.pt``); required when ``steps`` is set."""
+
+    def __post_init__(self):
+        steps = self.steps
+        if isinstance(steps, (int, str)):
+            steps = [steps]
+        try:
+            steps = tuple(sorted({int(s) for s in steps}))
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"`{self.key('steps')}={list(self.steps)}` must be a list of global step numbers, e.g. [2]"
+            ) from None
+        if any(s < 1 for s in steps):
+            raise ValueError(f"`{self.key('steps')}={list(steps)}`: global steps start at 1")
+        object.__setattr__(self, "steps", steps)
+        if self.dir is not None:
+            object.__setattr__(self, "dir", str(self.dir))
+
+
+@dataclass(frozen=True)
 class GTPOSettings(_Block):
     """``gtpo``: the trainer integration's own knobs (not algorithm choices)."""
 
     path: ClassVar[str] = "gtpo"
 
+    preflight: bool = True
+    """``python -m gtpo_verl.main`` first checks every node of the cluster (gtpo_verl/preflight.py)."""
     diagnostics: bool = True
     """Compute the ``gtpo/*`` metrics each step (from tensors already at hand)."""
     entropy_warning: EntropyWarningConfig = field(default_factory=EntropyWarningConfig)
     """The entropy watch."""
+    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    """The generation watchdog."""
+    validation_metrics: ValidationMetricsConfig = field(default_factory=ValidationMetricsConfig)
+    """pass@k / maj@n at validation."""
+    audit: AuditConfig = field(default_factory=AuditConfig)
+    """The entropy audit (off unless steps are chosen)."""
 
 
 CONFIG_BLOCKS = (GTPOTokenConfig, GRPOSConfig, GTPOTrajConfig, GTPOSettings)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
+from gtpo_verl.integration.config import GTPOSettings
 from gtpo_verl.metrics import validation_metrics
 
 
@@ -22,13 +23,13 @@ def gtpo_validation_metrics(
     **_: Any,
 ) -> dict[str, float]:
     """``val-gtpo/<data_source>/pass@k`` and ``maj@n`` for one validation pass (empty when disabled)."""
-    knobs = (config.get("gtpo", {}) or {}).get("validation_metrics", {}) or {}
-    if not bool(knobs.get("enable", True)):
+    knobs = GTPOSettings.from_config(config).validation_metrics
+    if not knobs.enable:
         return {}
     return validation_metrics(
         data_sources,
         sample_uids,
         reward_extra_infos_dict,
         expected_counts=expected_acc_counts,
-        success_threshold=float(knobs.get("success_threshold", 0.0)),
+        success_threshold=float(knobs.success_threshold),
     )

@@ -34,9 +34,9 @@ class GenerationStalledError(RuntimeError):
 
 def generation_timeout_s(config) -> Optional[float]:
     """The configured timeout, or None when the watchdog is off (null or <= 0)."""
-    knobs = (config.get("gtpo", {}) or {}).get("watchdog", {}) or {}
-    value = knobs.get("generation_timeout_s", None)
-    return float(value) if value is not None and float(value) > 0 else None
+    from gtpo_verl.integration.config import GTPOSettings
+
+    return GTPOSettings.from_config(config).watchdog.timeout_s
 
 
 def partition_state(buffer, partition_id: str) -> tuple[int, int, int, int, int]:
