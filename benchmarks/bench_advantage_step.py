@@ -1,7 +1,7 @@
 """Cost of the whole advantage step inside verl's V1 trainer, with the GTPO mixin's entropy
 and token-id fetch from TransferQueue, against verl's own `grpo` on the same batch.
 
-    python -m benchmarks.bench_advantage_step [--prompts 64 --group 16 --length 1024 --repeats 5]
+    python -m benchmarks.bench_advantage_step [--prompts 64 --group 16 --length 1024 --repeats 5 --threads 1]
 
 Runs `PPOTrainer._compute_advantage` (the real method, through `GTPOTrainerMixin`) against
 a real local TransferQueue (Ray + SimpleStorage). Prints median wall time per estimator,
@@ -26,7 +26,12 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=16)
     parser.add_argument("--length", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1: the TaskRunner is a Ray actor with num_cpus=1, so Ray "
+                             "gives it OMP_NUM_THREADS=1); 0 = torch's default")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     import ray
     import transfer_queue as tq

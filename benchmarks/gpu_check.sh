@@ -44,7 +44,11 @@ if [ -z "$PY" ]; then
   exit 2
 fi
 
-echo "== gpu_check: device=$DEVICE sizes=$SIZES repeats=$REPEATS python=$PY out=$OUT_DIR"
+if [ "${BENCH_MODE:-full}" = bare ]; then
+  echo "== gpu_check (bare): device=$DEVICE floor sizes=${BENCH_FLOOR_SIZES:-128x16x4096,512x16x20480} repeats=$REPEATS python=$PY out=$OUT_DIR"
+else
+  echo "== gpu_check: device=$DEVICE sizes=$SIZES repeats=$REPEATS python=$PY out=$OUT_DIR"
+fi
 if [ "$DEVICE" != cpu ]; then
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   if ! "$PY" -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then

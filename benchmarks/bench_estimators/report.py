@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from benchmarks.bench_estimators.candidates import GRPO, TARGETS, TARGET_SIZE
+from benchmarks.bench_estimators.candidates import GRPO, MODE_TARGETS, TARGET_SIZE, TARGETS
 from benchmarks.bench_estimators.sizes import size_label
 
 
@@ -100,6 +100,21 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def evaluate_mode_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every estimator of ours in every timing mode: quiet <= 1.0x, busy neighbour <= 2.0x verl grpo."""
+    out = []
+    for entry in results["sizes"]:
+        for mode in entry.get("modes") or []:
+            bound = MODE_TARGETS["busy" if mode["neighbour"] else "quiet"]
+            for c in entry["candidates"]:
+                if c.get("kind") != "estimator" or not c.get("ours"):
+                    continue
+                value = ((c.get("modes") or {}).get(mode["label"]) or {}).get("ratio")
+                out.append({"size": entry["size"], "mode": mode["label"], "candidate": c["name"], "bound": bound,
+                            "value": value, "met": None if value is None else bool(value <= bound)})
+    return out
+
+
 def to_markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
     lines = ["## Machine", ""]
@@ -153,6 +168,14 @@ def to_markdown(results: dict[str, Any]) -> str:
         for t in results["targets"]:
             met = "n/a" if t["met"] is None else ("yes" if t["met"] else "**no**")
             lines.append(f"| {t['target']} | {_fmt(t['value'], '.2f')} | {met} |")
+        lines.append("")
+    mode_targets = evaluate_mode_targets(results)
+    if any(len(e.get("modes") or []) > 1 for e in results["sizes"]):
+        lines += ["## Targets per timing mode (quiet <= 1.0x, busy neighbour <= 2.0x verl grpo in the same mode)", "",
+                  "| size | mode | candidate | ratio | met |", "|---|---|---|---:|---|"]
+        for t in mode_targets:
+            met = "n/a" if t["met"] is None else ("yes" if t["met"] else "**no**")
+            lines.append(f"| {t['size']} | {t['mode']} | {t['candidate']} | {_fmt(t['value'], '.2f', '×')} | {met} |")
         lines.append("")
     largest = results["sizes"][-1] if results["sizes"] else None
     if largest and any(c.get("top_ops") for c in largest["candidates"]):

@@ -15,8 +15,8 @@ The module has three layers:
 - ``gtpo_token_advantage_reference``: the readable twin, the equations applied to whole
   ``(B, T)`` tensors one after the other (as verl's ``compute_grpo_outcome_advantage`` is to
   its vectorised form); tests hold the fused function to it;
-- the **pass layer**: ``gtpo_token_advantage``, the same equations fused into two passes over
-  the batch (see its docstring), which is what the estimator runs.
+- the **pass layer**: ``gtpo_token_advantage``, the same equations fused into one pass over
+  blocks of whole groups (see its docstring), which is what the estimator runs.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from typing import NamedTuple
 import torch
 
 from gtpo_verl.algorithms.groups import (
-    RowBlocks,
     block_elements,
     group_sum,
     masked_product_,
@@ -328,159 +327,43 @@ def gtpo_token_advantage(
         ``TokenShaping`` with ``advantages`` ``(B, T)`` in ``promote(entropy, float32)``,
         exactly 0 outside ``response_mask``.
 
-    How the equations are fused (same result as ``gtpo_token_advantage_reference``):
-
-    1. entropy pass, over blocks of whole groups: x = H (1/(H + ε) on failure rows with
-       negative shaping), its row sums, and the column sums Σx and counts d_t of each
-       (group, class) segment as one ``bmm`` per chunk of groups;
-    2. ``column_share_scale`` on those ``(2K, T)`` tables (or ``geometric_share``'s row means);
-    3. set means from the conservation shortcut (``share_conservation_totals``; checked when
-       ``DEBUG_CHECKS``), so no pass is needed for them;
-    4. reward pass, over row blocks: x again, then out ← coefficient · share + reward − set
-       mean, and the rows' squared deviations; a final scaling by 1/(std + ε).
-    ``clipped_len`` needs the rewards before their mean, so it centres in a third pass.
-    On the CPU the blocks keep every temporary block-sized (``RowBlocks``); the output is the
-    only ``(B, T)`` allocation.
+    How the equations are fused (same result as ``gtpo_token_advantage_reference``): every
+    formula of a response needs only its own group's rows (column sums run over a group's
+    segment, the z-score sets are subsets of a group). So one pass goes over blocks of whole
+    groups (``_group_pass``): each block is gathered once, into block-sized scratch, where
+    x = H (1/(H + ε) on failure rows), the segment column sums (one ``bmm`` per chunk of
+    groups), the shares, the rewards, the set means (from the conservation shortcut
+    ``share_conservation_totals``, checked when ``DEBUG_CHECKS``), the centring, the set std
+    and the scaling are computed; then the block is written once to its rows of the output.
+    The output is the only ``(B, T)`` allocation; on an accelerator the whole batch is one
+    block, on the CPU ``groups.block_elements`` sizes the blocks from the thread count.
     """
     dtype = torch.promote_types(entropy.dtype, torch.float32)
     device = entropy.device
     group_ids = group_ids.to(device)
     success = (sequence_scores > success_threshold).to(device)
     negative_branch = negative_shaping or variant == "unified_v6"
-    column = entropy_share == "column"
-
-    # segment of a row = (group, class): 2g for O+, 2g + 1 for O−
-    seg = group_ids * 2 + (~success).to(torch.int64)
     coef_success, coef_failure = bonus_coefficients(alpha2=alpha2, negative_shaping=negative_shaping, variant=variant)
-    coef = torch.tensor([coef_success, coef_failure], dtype=torch.float64, device=device).repeat(num_groups)
-    row_coef = coef[seg]
-
-    entropy = entropy.detach()
-    passes = _entropy_pass(
-        entropy, response_mask, success, group_ids, num_groups, dtype=dtype, epsilon=epsilon,
-        inverse=negative_shaping, column=column,
-    )
-    counts = passes.counts
-    # pass 2 recomputes x = max(H, 0)·mask (1/(H + ε) on failure rows) block by block into the output
-    shaped = _Shaped(entropy, success, dtype=dtype, epsilon=epsilon, inverse=negative_shaping)
-    out = torch.empty(response_mask.shape, dtype=dtype, device=device)
-    mean_entropy = passes.entropy_sums / counts.clamp_min(1)
-
-    share_table = uniform_table = share_row = None
-    if column:
-        col_sum, col_count = passes.col_sum.view(2 * num_groups, -1), passes.col_count.view(2 * num_groups, -1)
-        share_table, uniform_table = column_share_scale(col_sum, col_count)
-        if DEBUG_CHECKS:
-            check_share_conservation(share_table, uniform_table, col_sum, col_count)
-        if not bool(uniform_table.any()):  # only all-zero-entropy columns need it
-            uniform_table = None
-    else:
-        # share = x / exp(mean_t log x): 1/GM(H + ε) for O+ (S20), GM(H + ε) for x = 1/(H + ε) on O− (S27)
-        log_mean = passes.log_sums / counts.clamp_min(1)
-        share_row = torch.exp(torch.where(success, -log_mean, log_mean))
-
-    blocks = RowBlocks(response_mask, dtype)
-    share_stats = None
-    if return_share_stats:  # three reductions, for diagnostics only
-        share_stats = _success_share_stats(shaped, blocks, success, seg, share_table, uniform_table, share_row)
-
-    # fold the segment coefficients into the small tables (or the row factors)
-    if column:
-        share_table = share_table * coef.to(dtype).unsqueeze(-1)
-        if uniform_table is not None:
-            uniform_table = uniform_table * coef.to(dtype).unsqueeze(-1)
-    else:
-        share_row = (share_row * row_coef).to(dtype)
-
-    row_reward = outcome_reward(success, alpha1=alpha1, variant=variant)
-    if variant == "clipped_len":
-        row_reward = overlong_length_penalty(
-            counts,
-            buffer_len=overlong_buffer_len,
-            max_len=max_response_len,
-            denominator=length_penalty_denominator,
-        ).to(torch.float64)
-
-    keep_rows = None
+    norm_mode = adv_norm if negative_branch else "single_combined"
+    keep_group = None
     if uniform_outcome_groups == "zero_adv":
-        member = counts > 0  # responses without tokens (V1 padding rows) are no group members
+        member = (response_mask != 0).any(-1).to(device)  # responses without tokens are no group members
         successes = group_sum((success & member).to(torch.int64), group_ids, num_groups)
         sizes = group_sum(member.to(torch.int64), group_ids, num_groups)
-        mixed = (successes > 0) & (successes < sizes)
-        keep_rows = mixed[group_ids]
-    sets = class_sets(counts, success, group_ids, num_groups, mode=adv_norm if negative_branch else "single_combined")
+        keep_group = (successes > 0) & (successes < sizes)  # mixed groups
+    clip = (alpha1, kappa) if variant == "clipped_len" else None
+    penalty = None
+    if variant == "clipped_len":
+        penalty = dict(buffer_len=overlong_buffer_len, max_len=max_response_len, denominator=length_penalty_denominator)
 
-    if variant != "clipped_len":
-        # set sums without a pass: a segment's column shares sum to its token count
-        # (share_conservation_totals); row geometric factors sum to factor · Σ_t x_{i,t}
-        row_totals = row_reward * counts.to(torch.float64)
-        if column:
-            row_totals = row_totals + row_coef * counts.to(torch.float64)
-        else:
-            row_totals = row_totals + share_row.to(torch.float64) * passes.shaped_sums.to(torch.float64)
-        set_mean = set_means(group_sum(row_totals, sets.set_ids, sets.num_sets), sets)
-        # reward minus set mean on every valid token, added in the same pass as the shares
-        row_shift = (row_reward - set_mean[sets.set_ids]).to(dtype)
-        row_sq_dev = _reward_pass_(
-            out, shaped, blocks, seg, share_table, uniform_table, share_row, row_shift, centred=True
-        )
-    else:
-        # (S24) needs the rewards before their mean: one pass for them, one for the centring
-        row_totals = _reward_pass_(
-            out, shaped, blocks, seg, share_table, uniform_table, share_row, row_reward.to(dtype), centred=False,
-            clip=(alpha1, kappa), success=success,
-        )
-        set_mean = set_means(group_sum(row_totals.to(torch.float64), sets.set_ids, sets.num_sets), sets)
-        row_sq_dev = _centre_pass_(out, blocks, (-set_mean[sets.set_ids]).to(dtype))
-
-    if not bool(torch.isfinite(row_sq_dev).all()):
-        raise ValueError("non-finite value at a valid response position (NaN/Inf entropy or reward?)")
-    row_scale = set_row_scale(
-        row_sq_dev, set_mean, sets, unbiased=std_unbiased, epsilon=epsilon, keep_rows=keep_rows
+    out, counts, entropy_sums, share_stats = _group_pass(
+        entropy.detach(), response_mask, success, group_ids, num_groups, dtype=dtype, epsilon=epsilon,
+        column=entropy_share == "column", inverse=negative_shaping, coefficients=(coef_success, coef_failure),
+        alpha1=alpha1, variant=variant, clip=clip, penalty=penalty, norm_mode=norm_mode, unbiased=std_unbiased,
+        keep_group=keep_group, share_stats=return_share_stats,
     )
-    out.mul_(row_scale.to(dtype).unsqueeze(-1))
+    mean_entropy = entropy_sums / counts.clamp_min(1)
     return TokenShaping(advantages=out, success=success, mean_entropy=mean_entropy, share_stats=share_stats)
-
-
-class _EntropyPass(NamedTuple):
-    counts: torch.Tensor  # (B,) valid tokens
-    entropy_sums: torch.Tensor  # (B,) Σ_t max(H, 0)·mask
-    shaped_sums: torch.Tensor | None  # (B,) Σ_t x (geometric shares)
-    log_sums: torch.Tensor | None  # (B,) Σ_t log(H + ε) (geometric shares)
-    col_sum: torch.Tensor | None  # (K, 2, T) Σ_{k∈segment} x_{k,t} (column shares)
-    col_count: torch.Tensor | None  # (K, 2, T) valid members of the segment at t
-
-
-class _Shaped:
-    """x of a row block: max(H, 0)·mask, and mask / (that + ε) on failure rows with ``inverse``.
-
-    The clamp makes a rounding-negative entropy 0; 1/(H + ε) is ``inverse_entropy`` (Eq. S26),
-    fused here as mask / (H·mask + offset) with offset ε on failure rows and +inf on success
-    rows (where it adds exactly 0). Garbage outside the mask is ignored; NaN/Inf inside it
-    raises a ``ValueError``.
-    """
-
-    def __init__(self, entropy: torch.Tensor, success: torch.Tensor, *, dtype, epsilon: float, inverse: bool):
-        self.entropy, self.inverse = entropy, inverse
-        if inverse:
-            device = entropy.device
-            inf = torch.tensor(float("inf"), dtype=dtype, device=device)
-            self.offset = torch.where(success, inf, torch.tensor(epsilon, dtype=dtype, device=device)).unsqueeze(-1)
-            self.keep = success.to(dtype).unsqueeze(-1)
-
-    def rows_(self, out: torch.Tensor, mask: torch.Tensor, rows, scratch: torch.Tensor, values=None):
-        """Write x of ``rows`` (a slice, or an index tensor with ``values`` = entropy[rows]) into ``out``.
-
-        Returns the row sums of max(H, 0)·mask (before the inversion).
-        """
-        if values is None:
-            sums = masked_product_(self.entropy[rows], mask, out, "entropy", first_row=rows.start, clamp_min=0.0)
-        else:
-            sums = masked_product_(values, mask, out, "entropy", clamp_min=0.0, source=(self.entropy, rows))
-        if self.inverse:
-            offset = torch.add(out, self.offset[rows], out=scratch)
-            out.mul_(self.keep[rows]).addcdiv_(mask, offset)
-        return sums
 
 
 def _chunk_groups(slots: int, width: int) -> int:
@@ -498,7 +381,7 @@ def _group_blocks(members: torch.Tensor, width: int, device: torch.device) -> li
     return [slice(start, min(num_groups, start + step)) for start in range(0, num_groups, step)]
 
 
-def _entropy_pass(
+def _group_pass(
     entropy: torch.Tensor,
     response_mask: torch.Tensor,
     success: torch.Tensor,
@@ -507,46 +390,66 @@ def _entropy_pass(
     *,
     dtype: torch.dtype,
     epsilon: float,
-    inverse: bool,
     column: bool,
-) -> _EntropyPass:
-    """Pass 1: row sums of x, and (column shares) the column sums of every (group, class) segment.
+    inverse: bool,
+    coefficients: tuple[float, float],
+    alpha1: float,
+    variant: str,
+    clip: tuple[float, float] | None,
+    penalty: dict | None,
+    norm_mode: str,
+    unbiased: bool,
+    keep_group: torch.Tensor | None,
+    share_stats: bool,
+):
+    """The fused pass: every equation of a group needs only that group's rows, so each block of
+    whole groups is gathered once (``members_matrix`` order, padded slots masked out), computed
+    in block-sized scratch, and written once to its rows of the output.
 
-    Column shares: over blocks of whole groups, gathered in ``members_matrix`` order (padded
-    slots masked out), x is computed in a scratch buffer and each segment's columns are summed
-    with a ``bmm`` against 0/1 class weights, one per chunk of groups (``CHUNK_ELEMENTS``). Geometric shares:
-    plain row blocks, and the rows' Σ log(H + ε).
+    Per block: x = max(H, 0)·mask (mask/(x + ε) on failure rows with ``inverse``); the column
+    sums of each (group, class) segment as one ``bmm`` per chunk of groups; the shares
+    (``column_share_scale`` or the row geometric means) times their coefficients; the rewards
+    (``outcome_reward``, or ``clipped_bonus`` + R(i)); the set means from the conservation
+    shortcut (``share_conservation_totals``; checked when ``DEBUG_CHECKS``; ``clipped_len``
+    sums its rewards instead); centring, the set std and the scaling. Returns
+    ``(advantages, counts, entropy sums, share stats or None)``.
     """
     batch, width = response_mask.shape
     device = response_mask.device
-    # one spare entry at index B collects the padded slots' writes
+    coef_success, coef_failure = coefficients
+    out_rows = torch.empty(batch + 1, width, dtype=dtype, device=device)  # row B takes the padded slots
     counts = torch.zeros(batch + 1, dtype=dtype, device=device)
     entropy_sums = torch.zeros(batch + 1, dtype=dtype, device=device)
-    if not column:
-        return _geometric_row_pass(entropy, response_mask, success, counts, entropy_sums, dtype=dtype,
-                                   epsilon=epsilon, inverse=inverse)
+    stats = torch.zeros(3, dtype=torch.float64, device=device) if share_stats else None
     members = members_matrix(group_ids, num_groups)  # (K, S) rows, -1 pads
     slots = members.shape[1]
-    col_sum = torch.zeros(num_groups, 2, width, dtype=dtype, device=device)
-    col_count = torch.zeros(num_groups, 2, width, dtype=dtype, device=device)
     slot_rows = members.clamp_min(0)
-    slot_class = torch.where(members >= 0, (~success).to(torch.int64)[slot_rows], -1)
-    class_weights = torch.stack([slot_class == SUCCESS, slot_class == FAILURE], 1).to(dtype)  # (K, 2, S)
-    # padded slots gather row 0 and are masked out; as success slots they take no inversion
-    shaped = _Shaped(entropy, torch.where(members >= 0, success[slot_rows], True).reshape(-1),
-                     dtype=dtype, epsilon=epsilon, inverse=inverse)
+    slot_success = torch.where(members >= 0, success[slot_rows], True).reshape(-1)  # pads: success, no tokens
+    slot_failure = (~slot_success).to(torch.int64)
+    class_weights = torch.stack(
+        [(members >= 0) & slot_success.view_as(members), (members >= 0) & ~slot_success.view_as(members)], 1
+    ).to(dtype)  # (K, 2, S)
+    coef64 = torch.tensor([coef_success, coef_failure], dtype=torch.float64, device=device)
+    slot_coef = coef64[(~slot_success).to(torch.int64)]
+    slot_reward = outcome_reward(slot_success, alpha1=alpha1, variant=variant)
+    if inverse:
+        inf = torch.tensor(float("inf"), dtype=dtype, device=device)
+        slot_offset = torch.where(slot_success, inf, torch.tensor(epsilon, dtype=dtype, device=device)).unsqueeze(-1)
+        slot_keep = slot_success.to(dtype).unsqueeze(-1)
 
     group_blocks = _group_blocks(members, width, device)
     chunk = _chunk_groups(slots, width)
     rows_cap = max(b.stop - b.start for b in group_blocks) * slots if group_blocks else 0
-    x_buffer, mask_buffer, offset_buffer = (torch.empty(rows_cap, width, dtype=dtype, device=device) for _ in range(3))
+    x_buffer, mask_buffer, aux_buffer = (torch.empty(rows_cap, width, dtype=dtype, device=device) for _ in range(3))
     entropy_buffer = torch.empty(rows_cap, width, dtype=entropy.dtype, device=device) if entropy.dtype != dtype else None
     gather_buffer = (
         torch.empty(rows_cap, width, dtype=response_mask.dtype, device=device) if response_mask.dtype != dtype else None
     )
     for groups in group_blocks:
+        nb = groups.stop - groups.start
         block_members = members[groups].reshape(-1)  # (n,) batch rows of the block's slots
         n = block_members.numel()
+        slot = slice(groups.start * slots, groups.start * slots + n)
         padded = block_members < 0
         gather_rows = block_members.clamp_min(0)
         write_rows = torch.where(padded, batch, block_members)
@@ -562,145 +465,79 @@ def _entropy_pass(
             torch.index_select(entropy, 0, gather_rows, out=x)
         else:
             x.copy_(torch.index_select(entropy, 0, gather_rows, out=entropy_buffer[:n]))
-        slot_index = torch.arange(groups.start * slots, groups.start * slots + n, device=device)
-        sums = _gathered_rows_(shaped, x, mask, gather_rows, slot_index, offset_buffer[:n])
-        entropy_sums[write_rows] = sums
-        counts[write_rows] = mask.sum(-1)
-        for start in range(groups.start, groups.stop, chunk):
-            stop = min(groups.stop, start + chunk)
-            lo, hi = (start - groups.start) * slots, (stop - groups.start) * slots
-            weights = class_weights[start:stop]
-            torch.bmm(weights, x[lo:hi].view(stop - start, slots, width), out=col_sum[start:stop])
-            torch.bmm(weights, mask[lo:hi].view(stop - start, slots, width), out=col_count[start:stop])
-    return _EntropyPass(counts[:batch], entropy_sums[:batch], None, None, col_sum, col_count)
+        # x = max(H, 0)·mask; NaN/Inf garbage outside the mask ignored, inside it a ValueError
+        row_entropy = masked_product_(x, mask, x, "entropy", clamp_min=0.0, source=(entropy, gather_rows))
+        row_count = mask.sum(-1)
+        entropy_sums[write_rows] = row_entropy
+        counts[write_rows] = row_count
+        if not column:
+            log_mean = row_dot(torch.add(x, epsilon, out=aux_buffer[:n]).log_(), mask) / row_count.clamp_min(1)
+        if inverse:  # 1/(H + ε) on failure rows (inverse_entropy, Eq. S26); + mask/inf = 0 on success rows
+            offset = torch.add(x, slot_offset[slot], out=aux_buffer[:n])
+            x.mul_(slot_keep[slot]).addcdiv_(mask, offset)
 
+        # shares (before their coefficients): x · d_t/Σx (+ uniform) or x / GM
+        if column:
+            col_sum = torch.empty(nb, 2, width, dtype=dtype, device=device)
+            col_count = torch.empty(nb, 2, width, dtype=dtype, device=device)
+            for start in range(0, nb, chunk):
+                stop = min(nb, start + chunk)
+                weights = class_weights[groups.start + start : groups.start + stop]
+                rows = slice(start * slots, stop * slots)
+                torch.bmm(weights, x[rows].view(stop - start, slots, width), out=col_sum[start:stop])
+                torch.bmm(weights, mask[rows].view(stop - start, slots, width), out=col_count[start:stop])
+            col_sum, col_count = col_sum.view(2 * nb, width), col_count.view(2 * nb, width)
+            scale, uniform = column_share_scale(col_sum, col_count)
+            if DEBUG_CHECKS:
+                check_share_conservation(scale, uniform, col_sum, col_count)
+            local_seg = (torch.arange(n, device=device) // slots) * 2 + slot_failure[slot]
+            x.mul_(torch.index_select(scale, 0, local_seg, out=aux_buffer[:n]))
+            if bool(uniform.any()):  # only all-zero-entropy columns
+                x.addcmul_(torch.index_select(uniform, 0, local_seg, out=aux_buffer[:n]), mask)
+        else:  # share = x / exp(mean_t log x): 1/GM(H + ε) on O+ (S20), GM(H + ε) for 1/(H + ε) on O− (S27)
+            x.mul_(torch.exp(torch.where(slot_success[slot], -log_mean, log_mean)).unsqueeze(-1))
+        if stats is not None:
+            on_success = slot_success[slot].to(torch.float64)
+            stats[0] += (x.sum(-1).to(torch.float64) * on_success).sum()
+            stats[1] += (row_sum_squares(x).to(torch.float64) * on_success).sum()
+            if width and bool(slot_success[slot].any()):
+                stats[2] = torch.maximum(stats[2], x[slot_success[slot]].amax().to(torch.float64))
 
-def _gathered_rows_(shaped: _Shaped, x, mask, gather_rows, slot_index, scratch) -> torch.Tensor:
-    """x of gathered rows, in place in ``x`` (which holds entropy[gather_rows]); returns the row sums."""
-    sums = masked_product_(x, mask, x, "entropy", clamp_min=0.0, source=(shaped.entropy, gather_rows))
-    if shaped.inverse:
-        offset = torch.add(x, shaped.offset[slot_index], out=scratch)
-        x.mul_(shaped.keep[slot_index]).addcdiv_(mask, offset)
-    return sums
-
-
-def _geometric_row_pass(entropy, response_mask, success, counts, entropy_sums, *, dtype, epsilon, inverse):
-    """Pass 1 for geometric shares, over row blocks: counts, Σ x, Σ_t log(H + ε)."""
-    batch = response_mask.shape[0]
-    blocks = RowBlocks(response_mask, dtype)
-    shaped = _Shaped(entropy, success, dtype=dtype, epsilon=epsilon, inverse=inverse)
-    log_sums = torch.empty(batch, dtype=dtype, device=entropy.device)
-    shaped_sums = torch.empty(batch, dtype=dtype, device=entropy.device) if inverse else None
-    for block in blocks:
-        mask = blocks.mask(block)
-        x = blocks.scratch(block, 0)
-        entropy_sums[block] = masked_product_(entropy[block], mask, x, "entropy", first_row=block.start,
-                                              clamp_min=0.0)
-        torch.sum(mask, -1, out=counts[block])
-        logs = torch.add(x, epsilon, out=blocks.scratch(block, 1)).log_()
-        log_sums[block] = row_dot(logs, mask)
-        if inverse:
-            offset = torch.add(x, shaped.offset[block], out=blocks.scratch(block, 1))
-            x.mul_(shaped.keep[block]).addcdiv_(mask, offset)
-            shaped_sums[block] = x.sum(-1)
-    entropy_sums = entropy_sums[:batch]
-    return _EntropyPass(counts[:batch], entropy_sums, entropy_sums if shaped_sums is None else shaped_sums,
-                        log_sums, None, None)
-
-
-def _apply_shares_(
-    x: torch.Tensor,
-    mask: torch.Tensor,
-    block: slice,
-    blocks: RowBlocks,
-    seg: torch.Tensor,
-    table: torch.Tensor | None,
-    uniform: torch.Tensor | None,
-    row_factor: torch.Tensor | None,
-) -> torch.Tensor:
-    """``x ← x · table[seg] + mask · uniform[seg]`` (column) or ``x · row_factor`` (geometric), in place."""
-    if table is None:
-        return x.mul_(row_factor[block].unsqueeze(-1))
-    gathered = torch.index_select(table, 0, seg[block], out=blocks.scratch(block, 1))
-    x.mul_(gathered)
-    if uniform is not None:
-        x.addcmul_(torch.index_select(uniform, 0, seg[block], out=gathered), mask)
-    return x
-
-
-def _reward_pass_(
-    out: torch.Tensor,
-    shaped: _Shaped,
-    blocks: RowBlocks,
-    seg: torch.Tensor,
-    table: torch.Tensor | None,
-    uniform: torch.Tensor | None,
-    row_factor: torch.Tensor | None,
-    row_shift: torch.Tensor,
-    *,
-    centred: bool,
-    clip: tuple[float, float] | None = None,
-    success: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Pass 2: ``out`` ← coefficient · share + mask · ``row_shift`` on every valid token.
-
-    ``centred``: ``row_shift`` is reward − set mean; returns the rows' Σ (value)² for the std.
-    Otherwise (``clip = (α1, κ)``, Eq. S24) success rows get ``clipped_bonus`` first, and the
-    return value is the rows' sums (for the set means).
-    """
-    totals = torch.empty(out.shape[0], dtype=out.dtype, device=out.device)
-    if clip is not None:
-        is_success = success.to(out.dtype).unsqueeze(-1)
-        not_success = (~success).to(out.dtype).unsqueeze(-1)
-    for block in blocks:
-        mask = blocks.mask(block)
-        x = out[block]
-        shaped.rows_(x, mask, block, blocks.scratch(block, 0))
-        x = _apply_shares_(x, mask, block, blocks, seg, table, uniform, row_factor)
+        # rewards: coefficient · share + outcome reward (or the clipped bonus + R(i))
+        x.mul_(slot_coef[slot].to(dtype).unsqueeze(-1))
+        row_reward = slot_reward[slot]
         if clip is not None:
-            alpha1, kappa = clip
-            clipped = clipped_bonus(x, alpha1=alpha1, kappa=kappa, out=blocks.scratch(block))
-            clipped.mul_(mask).mul_(is_success[block])
-            x.mul_(not_success[block]).add_(clipped)
-        x.addcmul_(mask, row_shift[block].unsqueeze(-1))
-        totals[block] = row_sum_squares(x) if centred else x.sum(-1)
-    return totals
+            row_reward = overlong_length_penalty(row_count, **penalty).to(torch.float64)
+            clipped = clipped_bonus(x, alpha1=clip[0], kappa=clip[1], out=aux_buffer[:n])
+            is_success = slot_success[slot].to(dtype).unsqueeze(-1)
+            x.mul_(1.0 - is_success).addcmul_(clipped.mul_(mask), is_success)
+            x.addcmul_(mask, row_reward.to(dtype).unsqueeze(-1))
+            row_totals = x.sum(-1).to(torch.float64)
+        else:
+            # conservation: a segment's shares sum to its tokens (geometric: factor · Σ_t x, taken
+            # from the row sums of the shares already in x)
+            share_totals = row_count.to(torch.float64) if column else x.sum(-1).to(torch.float64) / torch.where(
+                slot_coef[slot] != 0, slot_coef[slot], 1.0)
+            row_totals = row_reward * row_count.to(torch.float64) + slot_coef[slot] * share_totals
 
+        # z-score within the block's (group, class) sets
+        local_group = torch.arange(n, device=device) // slots
+        sets = class_sets(row_count, slot_success[slot], local_group, nb, mode=norm_mode)
+        set_mean = set_means(group_sum(row_totals, sets.set_ids, sets.num_sets), sets)
+        # reward − set mean in one step (the clipped rewards already hold their reward)
+        shift = -set_mean[sets.set_ids] if clip is not None else row_reward - set_mean[sets.set_ids]
+        x.addcmul_(mask, shift.to(dtype).unsqueeze(-1))
+        row_sq_dev = row_sum_squares(x)
+        if not bool(torch.isfinite(row_sq_dev).all()):
+            raise ValueError("non-finite value at a valid response position (NaN/Inf entropy or reward?)")
+        keep_rows = None if keep_group is None else keep_group[groups].repeat_interleave(slots)
+        row_scale = set_row_scale(row_sq_dev, set_mean, sets, unbiased=unbiased, epsilon=epsilon, keep_rows=keep_rows)
+        x.mul_(row_scale.to(dtype).unsqueeze(-1))
+        out_rows.index_copy_(0, write_rows, x)
+    if stats is not None:
+        stats[2].clamp_min_(0.0)
+    return out_rows[:batch], counts[:batch], entropy_sums[:batch], stats
 
-def _centre_pass_(out: torch.Tensor, blocks: RowBlocks, row_shift: torch.Tensor) -> torch.Tensor:
-    """``out += mask · row_shift`` (minus the set mean); returns the rows' Σ (value)²."""
-    sq = torch.empty(out.shape[0], dtype=out.dtype, device=out.device)
-    for block in blocks:
-        values = out[block].addcmul_(blocks.mask(block), row_shift[block].unsqueeze(-1))
-        sq[block] = row_sum_squares(values)
-    return sq
-
-
-def _success_share_stats(
-    shaped: _Shaped,
-    blocks: RowBlocks,
-    success: torch.Tensor,
-    seg: torch.Tensor,
-    table: torch.Tensor | None,
-    uniform: torch.Tensor | None,
-    row_factor: torch.Tensor | None,
-) -> torch.Tensor:
-    """Return float64 (Σ, Σ², max) of the success tokens' shares (0 elsewhere), for diagnostics."""
-    batch = success.shape[0]
-    row_sum = torch.zeros(batch, dtype=torch.float64, device=success.device)
-    row_sq, row_max = row_sum.clone(), row_sum.clone()
-    for block in blocks:
-        mask = blocks.mask(block)
-        share = blocks.scratch(block, 2)
-        shaped.rows_(share, mask, block, blocks.scratch(block, 0))
-        share = _apply_shares_(share, mask, block, blocks, seg, table, uniform, row_factor)
-        row_sum[block] = share.sum(-1).to(torch.float64)
-        row_sq[block] = row_sum_squares(share).to(torch.float64)
-        if share.shape[1]:
-            row_max[block] = share.amax(-1).to(torch.float64)
-    keep = success.to(torch.float64)
-    largest = (row_max * keep).amax() if batch else row_max.new_zeros(())
-    return torch.stack([(row_sum * keep).sum(), (row_sq * keep).sum(), largest.clamp_min(0.0)])
 
 
 __all__ = [
