@@ -70,7 +70,8 @@ class AgentLoops:
     def __init__(self, config, delays):
         from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
-        self.worker = object.__new__(AgentLoopWorkerTQ)  # its __init__ starts vLLM clients and reward workers
+        # the Ray actor's class; its __init__ starts vLLM clients and reward workers
+        self.worker = object.__new__(AgentLoopWorkerTQ.__ray_actor_class__)
         self.worker.config = config
         self.worker._run_agent_loop = self._generate
         self.delays = delays
