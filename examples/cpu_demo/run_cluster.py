@@ -213,7 +213,15 @@ def main() -> int:
     temp_dir = tempfile.mkdtemp(prefix="gtpo_ray_")  # short: Ray's socket paths must fit 107 bytes
     gcs_port, dashboard_port = free_port(), free_port()
     gcs = f"127.0.0.1:{gcs_port}"
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    # `ray` and `python3` on every PATH here (raylets, the job's entrypoint) are this interpreter's:
+    # Ray starts its workers with the Python that ran `ray start`
+    shim = os.path.join(temp_dir, "bin")
+    os.makedirs(shim)
+    with open(os.path.join(shim, "ray"), "w") as f:
+        f.write(f'#!/bin/sh\nexec "{sys.executable}" -m ray.scripts.scripts "$@"\n')
+    os.chmod(os.path.join(shim, "ray"), 0o755)
+    path = os.pathsep.join([shim, os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    env = dict(os.environ, PATH=path)
     env.pop("RAY_ADDRESS", None)
     env["RAY_AUTH_MODE"] = "token"  # `ray start` enables token auth; every client here must present the token
     common = ["--num-cpus=16", "--num-gpus=1", "--block", "--disable-usage-stats"]  # logical CPUs (see the CPU preset)
@@ -224,14 +232,14 @@ def main() -> int:
     try:
         with open(os.path.join(out, "head.log"), "w") as log:
             nodes.append(subprocess.Popen(
-                ["ray", "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
+                [os.path.join(shim, "ray"), "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
                  "--dashboard-host=127.0.0.1", "--include-dashboard=true", f"--temp-dir={temp_dir}",
                  '--resources={"node_a": 1}', *common],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
         wait_for_nodes(gcs, env, 1, 180)
         with open(os.path.join(out, "worker.log"), "w") as log:
             nodes.append(subprocess.Popen(
-                ["ray", "start", f"--address={gcs}", '--resources={"node_b": 1}', *common],
+                [os.path.join(shim, "ray"), "start", f"--address={gcs}", '--resources={"node_b": 1}', *common],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
         before = wait_for_nodes(gcs, env, 2, 180)
 
