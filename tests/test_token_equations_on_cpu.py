@@ -53,6 +53,15 @@ def _kwargs(negative, variant, share, norm, uniform="keep"):
     )
 
 
+@pytest.fixture(params=[1, 2], ids=["row_passes_1_thread", "group_pass_2_threads"])
+def threads(request):
+    """The fused function takes its row-blocked passes with one CPU thread, the group pass otherwise."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(saved)
+
+
 SWITCHES = list(
     itertools.product(
         [False, True], ["base", "clipped_len", "unified_v6"], ["column", "geometric"],
@@ -62,9 +71,10 @@ SWITCHES = list(
 
 
 @pytest.mark.parametrize("negative,variant,share,norm,uniform", SWITCHES)
-def test_fused_passes_equal_the_readable_twin(negative, variant, share, norm, uniform):
+def test_fused_passes_equal_the_readable_twin(threads, negative, variant, share, norm, uniform):
     entropy, mask, scores, group_ids, k = _batch()
     kwargs = _kwargs(negative, variant, share, norm, uniform)
+    assert token_shaping._single_threaded_cpu(entropy.device) == (threads == 1)
     fused = gtpo_token_advantage(entropy, mask, scores, group_ids, k, **kwargs).advantages
     twin = gtpo_token_advantage_reference(entropy, mask, scores, group_ids, k, **kwargs)
     assert torch.isfinite(fused).all()
@@ -73,7 +83,7 @@ def test_fused_passes_equal_the_readable_twin(negative, variant, share, norm, un
 
 
 @pytest.mark.parametrize("negative", [False, True])
-def test_fused_equals_twin_in_float32_and_with_tiny_blocks(monkeypatch, negative):
+def test_fused_equals_twin_in_float32_and_with_tiny_blocks(monkeypatch, threads, negative):
     entropy, mask, scores, group_ids, k = _batch(rows=70, width=13, groups=9, dtype=torch.float32, seed=3)
     kwargs = _kwargs(negative, "base", "column", "two_zero_filled")
     twin = gtpo_token_advantage_reference(entropy.double(), mask, scores, group_ids, k, **kwargs)
@@ -111,6 +121,19 @@ def test_geometric_share_inverse_and_clip_by_hand():
     torch.testing.assert_close(clipped_bonus(bonus, alpha1=0.8, kappa=2.0), torch.tensor([1.0, 1.1, 1.2], dtype=torch.float64))
 
 
+def test_in_place_scale_equals_the_equation():
+    gen = torch.Generator().manual_seed(2)
+    column_sum = torch.rand(9, 6, generator=gen, dtype=torch.float64) * 2
+    column_count = torch.randint(0, 4, (9, 6), generator=gen).to(torch.float64)
+    column_sum[column_count == 0] = 0.0
+    column_sum[1, :3] = 0.0
+    column_count[1, :3] = 3.0  # all-zero columns with members
+    scale, uniform = column_share_scale(column_sum, column_count)
+    fused_scale, fused_uniform = token_shaping._column_share_scale_(column_sum.clone(), column_count.clone())
+    torch.testing.assert_close(fused_scale, scale, atol=0, rtol=0)
+    torch.testing.assert_close(fused_uniform, uniform, atol=0, rtol=0)
+
+
 def test_conservation_holds_for_the_share_formula():
     """Σ_{i∈set_t} share_{i,t} = d_t: the shortcut behind the fused set means."""
     gen = torch.Generator().manual_seed(1)
@@ -134,19 +157,40 @@ def test_conservation_holds_for_the_share_formula():
     torch.testing.assert_close(group_sum(share, group_ids, k), group_sum(on_success, group_ids, k))
 
 
-def test_debug_mode_catches_a_share_formula_that_breaks_conservation(monkeypatch):
+def test_debug_mode_catches_a_share_formula_that_breaks_conservation(monkeypatch, threads):
     entropy, mask, scores, group_ids, k = _batch()
     kwargs = _kwargs(True, "base", "column", "two_zero_filled")
     monkeypatch.setattr(token_shaping, "DEBUG_CHECKS", True)
     gtpo_token_advantage(entropy, mask, scores, group_ids, k, **kwargs)  # the real formula passes
 
-    def mean_free_scale(column_sum, column_count):  # x / Σx without the d_t factor
-        scale, uniform = column_share_scale(column_sum, column_count)
-        return torch.where(column_count > 0, scale / column_count.clamp_min(1), 0.0), uniform
+    real_scale_ = token_shaping._column_share_scale_
 
-    monkeypatch.setattr(token_shaping, "column_share_scale", mean_free_scale)
+    def mean_free_scale_(column_sum, column_count):  # x / Σx without the d_t factor
+        counts = column_count.clone()
+        scale, uniform = real_scale_(column_sum, column_count)
+        return scale.div_(counts.clamp_min(1)), uniform
+
+    monkeypatch.setattr(token_shaping, "_column_share_scale_", mean_free_scale_)
     with pytest.raises(AssertionError, match="no longer sum to the token count"):
         gtpo_token_advantage(entropy, mask, scores, group_ids, k, **kwargs)
+
+
+def test_share_stats_equal_in_both_fused_paths():
+    entropy, mask, scores, group_ids, k = _batch(dtype=torch.float64)
+    kwargs = _kwargs(True, "base", "column", "two_zero_filled")
+    saved = torch.get_num_threads()
+    try:
+        stats = []
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            stats.append(gtpo_token_advantage(entropy, mask, scores, group_ids, k, return_share_stats=True,
+                                              **kwargs).share_stats)
+    finally:
+        torch.set_num_threads(saved)
+    torch.testing.assert_close(stats[0], stats[1])
+    valid = mask > 0
+    success_tokens = float((valid & (scores > 0).unsqueeze(-1)).sum())
+    assert float(stats[0][0]) / success_tokens == pytest.approx(1.0, rel=1e-9)  # shares average 1 (conservation)
 
 
 def test_results_do_not_depend_on_the_thread_count_and_leave_it_alone():

@@ -27,6 +27,7 @@ from typing import NamedTuple
 import torch
 
 from gtpo_verl.algorithms.groups import (
+    RowBlocks,
     block_elements,
     group_sum,
     masked_product_,
@@ -337,6 +338,9 @@ def gtpo_token_advantage(
     and the scaling are computed; then the block is written once to its rows of the output.
     The output is the only ``(B, T)`` allocation; on an accelerator the whole batch is one
     block, on the CPU ``groups.block_elements`` sizes the blocks from the thread count.
+    With one CPU thread (no parallel regions to wait for) ``_row_passes`` does the same in
+    cache-sized row blocks: two passes (column sums by ``index_add_``, then the rewards),
+    which costs less than the gathers there.
     """
     dtype = torch.promote_types(entropy.dtype, torch.float32)
     device = entropy.device
@@ -356,7 +360,8 @@ def gtpo_token_advantage(
     if variant == "clipped_len":
         penalty = dict(buffer_len=overlong_buffer_len, max_len=max_response_len, denominator=length_penalty_denominator)
 
-    out, counts, entropy_sums, share_stats = _group_pass(
+    fused = _row_passes if _single_threaded_cpu(entropy.device) else _group_pass
+    out, counts, entropy_sums, share_stats = fused(
         entropy.detach(), response_mask, success, group_ids, num_groups, dtype=dtype, epsilon=epsilon,
         column=entropy_share == "column", inverse=negative_shaping, coefficients=(coef_success, coef_failure),
         alpha1=alpha1, variant=variant, clip=clip, penalty=penalty, norm_mode=norm_mode, unbiased=std_unbiased,
@@ -487,12 +492,10 @@ def _group_pass(
                 torch.bmm(weights, x[rows].view(stop - start, slots, width), out=col_sum[start:stop])
                 torch.bmm(weights, mask[rows].view(stop - start, slots, width), out=col_count[start:stop])
             col_sum, col_count = col_sum.view(2 * nb, width), col_count.view(2 * nb, width)
-            scale, uniform = column_share_scale(col_sum, col_count)
-            if DEBUG_CHECKS:
-                check_share_conservation(scale, uniform, col_sum, col_count)
+            scale, uniform = _share_tables_(col_sum, col_count)
             local_seg = (torch.arange(n, device=device) // slots) * 2 + slot_failure[slot]
             x.mul_(torch.index_select(scale, 0, local_seg, out=aux_buffer[:n]))
-            if bool(uniform.any()):  # only all-zero-entropy columns
+            if uniform is not None:  # only all-zero-entropy columns
                 x.addcmul_(torch.index_select(uniform, 0, local_seg, out=aux_buffer[:n]), mask)
         else:  # share = x / exp(mean_t log x): 1/GM(H + ε) on O+ (S20), GM(H + ε) for 1/(H + ε) on O− (S27)
             x.mul_(torch.exp(torch.where(slot_success[slot], -log_mean, log_mean)).unsqueeze(-1))
@@ -538,6 +541,203 @@ def _group_pass(
         stats[2].clamp_min_(0.0)
     return out_rows[:batch], counts[:batch], entropy_sums[:batch], stats
 
+
+
+def _column_share_scale_(column_sum: torch.Tensor, column_count: torch.Tensor):
+    """``column_share_scale`` in place (fresh (S, T) tables cost page faults on the CPU).
+
+    Overwrites ``column_count`` with scale = d_t / Σx (Σx ≥ 0: entropies are clamped at 0), 0
+    where a column is empty or all zero; returns ``(scale, uniform)``, ``uniform`` None unless
+    some column with members sums to 0.
+    """
+    all_zero = (column_count > 0) & (column_sum <= 0)
+    uniform = all_zero.to(column_sum.dtype) if bool(all_zero.any()) else None
+    scale = column_count.div_(column_sum).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)  # 0/0, d/0 → 0
+    return scale, uniform
+
+
+def _share_tables_(column_sum: torch.Tensor, column_count: torch.Tensor):
+    """``_column_share_scale_``, and with ``DEBUG_CHECKS`` the conservation the set means rely on."""
+    counts = column_count.clone() if DEBUG_CHECKS else None
+    scale, uniform = _column_share_scale_(column_sum, column_count)
+    if DEBUG_CHECKS:
+        check_share_conservation(scale, torch.zeros_like(scale) if uniform is None else uniform, column_sum, counts)
+    return scale, uniform
+
+
+def _single_threaded_cpu(device: torch.device) -> bool:
+    """True on a CPU with one torch thread: the row-blocked passes are faster there."""
+    return device.type == "cpu" and torch.get_num_threads() <= 1
+
+
+def _row_passes(
+    entropy: torch.Tensor,
+    response_mask: torch.Tensor,
+    success: torch.Tensor,
+    group_ids: torch.Tensor,
+    num_groups: int,
+    *,
+    dtype: torch.dtype,
+    epsilon: float,
+    column: bool,
+    inverse: bool,
+    coefficients: tuple[float, float],
+    alpha1: float,
+    variant: str,
+    clip: tuple[float, float] | None,
+    penalty: dict | None,
+    norm_mode: str,
+    unbiased: bool,
+    keep_group: torch.Tensor | None,
+    share_stats: bool,
+):
+    """The fused equations in cache-sized row blocks (one CPU thread), same result as ``_group_pass``.
+
+    Pass 1 writes x = max(H, 0)·mask (mask/(x + ε) on failure rows) into the output and sums
+    the columns of every (group, class) segment with ``index_add_``; pass 2 multiplies by the
+    (segment, t) table of coefficient · share scale and adds reward − set mean (set means from
+    the conservation shortcut), returning the rows' squared deviations; a final scaling by
+    1/(std + ε). ``clipped_len`` centres in a third pass.
+    """
+    device = response_mask.device
+    coef_success, coef_failure = coefficients
+    blocks = RowBlocks(response_mask, dtype)
+    seg = group_ids * 2 + (~success).to(torch.int64)  # 2g for O+, 2g + 1 for O−
+    coef = torch.tensor([coef_success, coef_failure], dtype=torch.float64, device=device).repeat(num_groups)
+    row_coef = coef[seg]
+    out, counts, entropy_sums, shaped_sums, log_sums, col_sum, col_count = _row_entropy_pass(
+        entropy, blocks, success, seg, 2 * num_groups, dtype=dtype, epsilon=epsilon, inverse=inverse, column=column
+    )
+    table = uniform = row_factor = None
+    if column:
+        table, uniform = _share_tables_(col_sum, col_count)
+    else:
+        log_mean = log_sums / counts.clamp_min(1)
+        row_factor = torch.exp(torch.where(success, -log_mean, log_mean))
+    stats = _row_share_stats(out, blocks, success, seg, table, uniform, row_factor) if share_stats else None
+    if column:
+        table.mul_(coef.to(dtype).unsqueeze(-1))
+        if uniform is not None:
+            uniform.mul_(coef.to(dtype).unsqueeze(-1))
+    else:
+        row_factor = (row_factor * row_coef).to(dtype)
+
+    row_reward = outcome_reward(success, alpha1=alpha1, variant=variant)
+    if clip is not None:
+        row_reward = overlong_length_penalty(counts, **penalty).to(torch.float64)
+    sets = class_sets(counts, success, group_ids, num_groups, mode=norm_mode)
+    if clip is None:
+        # conservation: a segment's shares sum to its tokens; row geometric factors sum to factor · Σ_t x
+        shares = counts.to(torch.float64) if column else row_factor.to(torch.float64) / torch.where(
+            row_coef != 0, row_coef, 1.0) * shaped_sums.to(torch.float64)
+        row_totals = row_reward * counts.to(torch.float64) + row_coef * shares
+        set_mean = set_means(group_sum(row_totals, sets.set_ids, sets.num_sets), sets)
+        row_shift = (row_reward - set_mean[sets.set_ids]).to(dtype)
+        row_sq_dev = _row_reward_pass_(out, blocks, seg, table, uniform, row_factor, row_shift, centred=True)
+    else:
+        row_totals = _row_reward_pass_(
+            out, blocks, seg, table, uniform, row_factor, row_reward.to(dtype), centred=False, clip=clip,
+            success=success,
+        )
+        set_mean = set_means(group_sum(row_totals.to(torch.float64), sets.set_ids, sets.num_sets), sets)
+        row_sq_dev = _row_centre_pass_(out, blocks, (-set_mean[sets.set_ids]).to(dtype))
+    if not bool(torch.isfinite(row_sq_dev).all()):
+        raise ValueError("non-finite value at a valid response position (NaN/Inf entropy or reward?)")
+    keep_rows = None if keep_group is None else keep_group[group_ids]
+    row_scale = set_row_scale(row_sq_dev, set_mean, sets, unbiased=unbiased, epsilon=epsilon, keep_rows=keep_rows)
+    out.mul_(row_scale.to(dtype).unsqueeze(-1))
+    return out, counts, entropy_sums, stats
+
+
+def _row_entropy_pass(entropy, blocks, success, seg, num_segments, *, dtype, epsilon, inverse, column):
+    """Pass 1 of ``_row_passes``: x into the output, row sums, (segment, T) column sums and counts."""
+    batch, width = entropy.shape
+    device = entropy.device
+    out = torch.empty(batch, width, dtype=dtype, device=device)
+    counts = torch.empty(batch, dtype=dtype, device=device)
+    entropy_sums = torch.empty(batch, dtype=dtype, device=device)
+    shaped_sums = torch.empty(batch, dtype=dtype, device=device) if inverse and not column else entropy_sums
+    log_sums = None if column else torch.empty(batch, dtype=dtype, device=device)
+    col_sum = col_count = None
+    if column:
+        col_sum = torch.zeros(num_segments, width, dtype=dtype, device=device)
+        col_count = torch.zeros(num_segments, width, dtype=dtype, device=device)
+    if inverse:  # ε on failure rows; +inf on success rows, where mask / inf adds exactly 0
+        inf = torch.tensor(float("inf"), dtype=dtype, device=device)
+        offset = torch.where(success, inf, torch.tensor(epsilon, dtype=dtype, device=device)).unsqueeze(-1)
+        keep = success.to(dtype).unsqueeze(-1)
+    for block in blocks:
+        mask = blocks.mask(block)
+        x = out[block]
+        entropy_sums[block] = masked_product_(entropy[block], mask, x, "entropy", first_row=block.start, clamp_min=0.0)
+        torch.sum(mask, -1, out=counts[block])
+        if not column:
+            log_sums[block] = row_dot(torch.add(x, epsilon, out=blocks.scratch(block)).log_(), mask)
+        if inverse:
+            inverse_denominator = torch.add(x, offset[block], out=blocks.scratch(block))  # before x changes
+            x.mul_(keep[block]).addcdiv_(mask, inverse_denominator)
+            if not column:
+                shaped_sums[block] = x.sum(-1)
+        if column:
+            col_sum.index_add_(0, seg[block], x)
+            col_count.index_add_(0, seg[block], mask)
+    return out, counts, entropy_sums, shaped_sums, log_sums, col_sum, col_count
+
+
+def _row_apply_shares_(x, mask, block, blocks, seg, table, uniform, row_factor):
+    """``x ← x · table[seg] + mask · uniform[seg]`` (column) or ``x · row_factor`` (geometric), in place."""
+    if table is None:
+        return x.mul_(row_factor[block].unsqueeze(-1))
+    gathered = torch.index_select(table, 0, seg[block], out=blocks.scratch(block, 1))
+    x.mul_(gathered)
+    if uniform is not None:
+        x.addcmul_(torch.index_select(uniform, 0, seg[block], out=gathered), mask)
+    return x
+
+
+def _row_reward_pass_(out, blocks, seg, table, uniform, row_factor, row_shift, *, centred, clip=None, success=None):
+    """Pass 2: ``out`` ← coefficient · share (+ ``clipped_bonus``) + mask · ``row_shift``.
+
+    Returns the rows' Σ (value)² when ``centred`` (``row_shift`` = reward − set mean), else the
+    rows' sums (for the set means of ``clipped_len``).
+    """
+    totals = torch.empty(out.shape[0], dtype=out.dtype, device=out.device)
+    if clip is not None:
+        is_success = success.to(out.dtype).unsqueeze(-1)
+    for block in blocks:
+        mask = blocks.mask(block)
+        x = _row_apply_shares_(out[block], mask, block, blocks, seg, table, uniform, row_factor)
+        if clip is not None:
+            clipped = clipped_bonus(x, alpha1=clip[0], kappa=clip[1], out=blocks.scratch(block)).mul_(mask)
+            x.mul_(1.0 - is_success[block]).addcmul_(clipped, is_success[block])
+        x.addcmul_(mask, row_shift[block].unsqueeze(-1))
+        totals[block] = row_sum_squares(x) if centred else x.sum(-1)
+    return totals
+
+
+def _row_centre_pass_(out, blocks, row_shift):
+    """``out += mask · row_shift`` (minus the set mean); returns the rows' Σ (value)²."""
+    sq = torch.empty(out.shape[0], dtype=out.dtype, device=out.device)
+    for block in blocks:
+        sq[block] = row_sum_squares(out[block].addcmul_(blocks.mask(block), row_shift[block].unsqueeze(-1)))
+    return sq
+
+
+def _row_share_stats(shaped, blocks, success, seg, table, uniform, row_factor):
+    """Float64 (Σ, Σ², max) of the success tokens' shares, for diagnostics."""
+    batch = shaped.shape[0]
+    row_sum = torch.zeros(batch, dtype=torch.float64, device=shaped.device)
+    row_sq, row_max = row_sum.clone(), row_sum.clone()
+    for block in blocks:
+        share = blocks.scratch(block, 2).copy_(shaped[block])
+        share = _row_apply_shares_(share, blocks.mask(block), block, blocks, seg, table, uniform, row_factor)
+        row_sum[block] = share.sum(-1).to(torch.float64)
+        row_sq[block] = row_sum_squares(share).to(torch.float64)
+        if share.shape[1]:
+            row_max[block] = share.amax(-1).to(torch.float64)
+    keep = success.to(torch.float64)
+    largest = (row_max * keep).amax() if batch else row_max.new_zeros(())
+    return torch.stack([(row_sum * keep).sum(), (row_sq * keep).sum(), largest.clamp_min(0.0)])
 
 
 __all__ = [
