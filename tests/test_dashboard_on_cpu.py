@@ -3,7 +3,7 @@ checks that every panel's metric is one a real CPU run logged.
 
 The names come from tests/fixtures/cpu_run_metrics/*.jsonl, verl's file-logger output of a
 real CPU study run (``python -m benchmarks.study --methods DAPO_SEQ,GTPO_TRAJ --seeds 0
---steps 2``), not from a list written by hand. Metrics a CPU run cannot produce
+--steps 2 --lr 1e-3``), not from a list written by hand. Metrics a CPU run cannot produce
 (``dashboard.NOT_ON_CPU``: dynamic sampling, accelerator memory, the paper preset's gate) must
 at least be string literals in verl's or gtpo_verl's source.
 """
