@@ -184,3 +184,16 @@ def test_audit_config_accepts_a_checkpointed_previous_step():
     )
     assert validate_audit_config(config).steps == (1, 3)
     assert validate_audit_config(compose_config()).steps == ()
+
+
+def test_entropy_recomputation_matches_verls_engine_from_verls_hf_checkpoint():
+    """verl's real FSDP2 old-log-prob pass vs the audit's plain-transformers recomputation."""
+    script = os.path.join(os.path.dirname(__file__), "audit_engine_script.py")
+    out = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=900)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("REPORT ")]
+    assert out.returncode == 0 and lines, out.stdout[-3000:] + out.stderr[-3000:]
+    report = json.loads(lines[-1][len("REPORT ") :])
+    assert "model.safetensors" in report["hf_files"]  # verl's hf_model checkpoint option wrote it
+    assert report["tokens"] > 0 and report["entropy_mean"] > 0
+    assert report["max_abs_diff_saved_weights"] <= 1e-4  # the weights that pass used, at its temperature
+    assert report["max_abs_diff_initial_weights"] > 1e-2  # the step's weights matter: a stale copy fails
