@@ -51,6 +51,15 @@ def transfer_queue():
     ray.shutdown()
 
 
+@pytest.fixture(autouse=True)
+def empty_partition(transfer_queue):
+    """Each test starts from an empty train partition (an injected hang leaves its prompt running)."""
+    yield
+    keys = list((transfer_queue.kv_list() or {}).get("train", {}))
+    if keys:
+        transfer_queue.kv_clear(partition_id="train", keys=keys)
+
+
 class CheckpointEngineStub:
     """Stands in for verl's CheckpointEngineManager (GPU weight sync): records the call only."""
 
