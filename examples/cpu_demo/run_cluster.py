@@ -158,11 +158,9 @@ def job_overrides(args, out: str, data_dir: str, model_dir: str, audit_dir: str)
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.mini_batch}",
         f"actor_rollout_ref.actor.optim.lr={args.lr}",
         "actor_rollout_ref.rollout.temperature=1.0",
-        "actor_rollout_ref.rollout.val_kwargs.n=2",
-        "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
         f"trainer.total_training_steps={args.steps}",
         "trainer.val_before_train=false",
-        f"trainer.test_freq={args.steps}",
+        "trainer.test_freq=-1",  # the single-node demo validates; here the cluster path is the point
         "trainer.logger=[console,file]",
         "trainer.project_name=gtpo_cpu_demo",
         f"trainer.experiment_name={RUN}_cluster",
