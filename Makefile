@@ -1,6 +1,7 @@
 # make demo: the CPU end-to-end demo (docs/cpu_demo.md); make demo-cluster: the same stack on a
-# two-node Ray cluster on this machine, with the entropy audit; make test: the test suite
-.PHONY: demo demo-cluster test
+# two-node Ray cluster on this machine, with the entropy audit; make study: the seeded toy-scale
+# study (docs/results.md, ~3 h on 2 cores); make test: the test suite
+.PHONY: demo demo-cluster study test
 
 demo:
 	bash examples/cpu_demo/setup_venv.sh
@@ -9,6 +10,10 @@ demo:
 demo-cluster:
 	bash examples/cpu_demo/setup_venv.sh
 	.venv-demo/bin/python examples/cpu_demo/run_cluster.py
+
+study:
+	bash examples/cpu_demo/setup_venv.sh
+	.venv-demo/bin/python -m benchmarks.study
 
 test:
 	.venv/bin/python -m pytest
