@@ -90,8 +90,7 @@ def test_fused_equals_twin_in_float32_and_with_tiny_blocks(monkeypatch, threads,
     whole = gtpo_token_advantage(entropy, mask, scores, group_ids, k, **kwargs).advantages
     from gtpo_verl.algorithms import groups
 
-    monkeypatch.setattr(groups, "CPU_BLOCK_ELEMENTS", 1)  # one group chunk / one row per block
-    monkeypatch.setattr(token_shaping, "CHUNK_ELEMENTS", 1)  # one group per bmm
+    monkeypatch.setattr(groups, "CPU_BLOCK_ELEMENTS", 1)  # one group / one row per block
     tiny = gtpo_token_advantage(entropy, mask, scores, group_ids, k, **kwargs).advantages
     torch.testing.assert_close(whole.double(), twin, atol=2e-5, rtol=1e-5)
     torch.testing.assert_close(tiny.double(), twin, atol=2e-5, rtol=1e-5)

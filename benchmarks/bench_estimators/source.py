@@ -42,7 +42,7 @@ def export_code_ref(ref: str) -> tuple[str, str]:
 def code_fingerprint() -> dict[str, Any]:
     """Which gtpo_verl source is loaded: its folder, a hash of its .py files, and git state.
 
-    Other sessions may edit (or mutation-test) the package while a benchmark runs; the
+    The working tree may change while a long benchmark runs; the
     report flags a run whose code changed or differs from the commit it names.
     """
     import hashlib

@@ -43,10 +43,6 @@ UNIFORM_GROUP_MODES = ("keep", "zero_adv")
 LENGTH_DENOMINATORS = ("l1", "l2")
 # Debug mode (env GTPO_VERL_DEBUG=1): assert the share conservation the fused pass relies on.
 DEBUG_CHECKS = os.environ.get("GTPO_VERL_DEBUG", "") not in ("", "0")
-# Elements per column-sum ``bmm`` (whole groups, at least one): the calls always cover the same
-# aligned chunks of groups, fixed by the batch's shape, so the sums do not depend on how the
-# batch is split into blocks or on the thread count (bitwise).
-CHUNK_ELEMENTS = 1 << 19
 SUCCESS, FAILURE = 0, 1  # class index of a row inside its group's two segments
 
 
@@ -332,8 +328,8 @@ def gtpo_token_advantage(
     formula of a response needs only its own group's rows (column sums run over a group's
     segment, the z-score sets are subsets of a group). So one pass goes over blocks of whole
     groups (``_group_pass``): each block is gathered once, into block-sized scratch, where
-    x = H (1/(H + ε) on failure rows), the segment column sums (one ``bmm`` per chunk of
-    groups), the shares, the rewards, the set means (from the conservation shortcut
+    x = H (1/(H + ε) on failure rows), the segment column sums (a masked sum over each
+    group's slots), the shares, the rewards, the set means (from the conservation shortcut
     ``share_conservation_totals``, checked when ``DEBUG_CHECKS``), the centring, the set std
     and the scaling are computed; then the block is written once to its rows of the output.
     The output is the only ``(B, T)`` allocation; on an accelerator the whole batch is one
@@ -371,18 +367,12 @@ def gtpo_token_advantage(
     return TokenShaping(advantages=out, success=success, mean_entropy=mean_entropy, share_stats=share_stats)
 
 
-def _chunk_groups(slots: int, width: int) -> int:
-    """Groups per column-sum ``bmm``: about ``CHUNK_ELEMENTS`` gathered elements, at least one group."""
-    return max(1, CHUNK_ELEMENTS // max(1, slots * width))
-
-
 def _group_blocks(members: torch.Tensor, width: int, device: torch.device) -> list[slice]:
-    """Slices of groups, whole bmm chunks each, holding about ``block_elements`` elements."""
+    """Slices of whole groups holding about ``block_elements`` elements (at least one group)."""
     num_groups, slots = members.shape
-    chunk = _chunk_groups(slots, width)
-    per_chunk = max(1, chunk * slots * max(1, width))
+    per_group = max(1, slots * max(1, width))
     total = max(1, num_groups * slots * width)
-    step = max(1, block_elements(total, device) // per_chunk) * chunk
+    step = max(1, block_elements(total, device) // per_group)
     return [slice(start, min(num_groups, start + step)) for start in range(0, num_groups, step)]
 
 
@@ -412,7 +402,7 @@ def _group_pass(
     in block-sized scratch, and written once to its rows of the output.
 
     Per block: x = max(H, 0)·mask (mask/(x + ε) on failure rows with ``inverse``); the column
-    sums of each (group, class) segment as one ``bmm`` per chunk of groups; the shares
+    sums of each (group, class) segment as a masked sum over the group's slots; the shares
     (``column_share_scale`` or the row geometric means) times their coefficients; the rewards
     (``outcome_reward``, or ``clipped_bonus`` + R(i)); the set means from the conservation
     shortcut (``share_conservation_totals``; checked when ``DEBUG_CHECKS``; ``clipped_len``
@@ -431,9 +421,11 @@ def _group_pass(
     slot_rows = members.clamp_min(0)
     slot_success = torch.where(members >= 0, success[slot_rows], True).reshape(-1)  # pads: success, no tokens
     slot_failure = (~slot_success).to(torch.int64)
-    class_weights = torch.stack(
-        [(members >= 0) & slot_success.view_as(members), (members >= 0) & ~slot_success.view_as(members)], 1
-    ).to(dtype)  # (K, 2, S)
+    real_slot = (members >= 0).reshape(-1)
+    slot_class_weight = [  # (K·S, 1) 0/1 weight of each slot in its group's success / failure segment
+        (real_slot & slot_success).to(dtype).unsqueeze(-1),
+        (real_slot & ~slot_success).to(dtype).unsqueeze(-1),
+    ]
     coef64 = torch.tensor([coef_success, coef_failure], dtype=torch.float64, device=device)
     slot_coef = coef64[(~slot_success).to(torch.int64)]
     slot_reward = outcome_reward(slot_success, alpha1=alpha1, variant=variant)
@@ -443,7 +435,6 @@ def _group_pass(
         slot_keep = slot_success.to(dtype).unsqueeze(-1)
 
     group_blocks = _group_blocks(members, width, device)
-    chunk = _chunk_groups(slots, width)
     rows_cap = max(b.stop - b.start for b in group_blocks) * slots if group_blocks else 0
     x_buffer, mask_buffer, aux_buffer = (torch.empty(rows_cap, width, dtype=dtype, device=device) for _ in range(3))
     entropy_buffer = torch.empty(rows_cap, width, dtype=entropy.dtype, device=device) if entropy.dtype != dtype else None
@@ -483,17 +474,17 @@ def _group_pass(
 
         # shares (before their coefficients): x · d_t/Σx (+ uniform) or x / GM
         if column:
-            col_sum = torch.empty(nb, 2, width, dtype=dtype, device=device)
-            col_count = torch.empty(nb, 2, width, dtype=dtype, device=device)
-            for start in range(0, nb, chunk):
-                stop = min(nb, start + chunk)
-                weights = class_weights[groups.start + start : groups.start + stop]
-                rows = slice(start * slots, stop * slots)
-                torch.bmm(weights, x[rows].view(stop - start, slots, width), out=col_sum[start:stop])
-                torch.bmm(weights, mask[rows].view(stop - start, slots, width), out=col_count[start:stop])
+            # Σ over each group's slots of x (and of the mask), per class: a reduction over the slot
+            # dim, in slot order whatever the block size (no index_add_, no BLAS call per group)
+            col_sum = torch.empty(2, nb, width, dtype=dtype, device=device)
+            col_count = torch.empty(2, nb, width, dtype=dtype, device=device)
+            for cls in (SUCCESS, FAILURE):
+                weight = slot_class_weight[cls][slot]
+                torch.sum(torch.mul(x, weight, out=aux_buffer[:n]).view(nb, slots, width), 1, out=col_sum[cls])
+                torch.sum(torch.mul(mask, weight, out=aux_buffer[:n]).view(nb, slots, width), 1, out=col_count[cls])
             col_sum, col_count = col_sum.view(2 * nb, width), col_count.view(2 * nb, width)
             scale, uniform = _share_tables_(col_sum, col_count)
-            local_seg = (torch.arange(n, device=device) // slots) * 2 + slot_failure[slot]
+            local_seg = slot_failure[slot] * nb + torch.arange(n, device=device) // slots
             x.mul_(torch.index_select(scale, 0, local_seg, out=aux_buffer[:n]))
             if uniform is not None:  # only all-zero-entropy columns
                 x.addcmul_(torch.index_select(uniform, 0, local_seg, out=aux_buffer[:n]), mask)
