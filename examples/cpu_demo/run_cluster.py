@@ -246,17 +246,21 @@ def main() -> int:
                           RUNTIME_ENV_JSON=json.dumps({"env_vars": job_env}))
         cmd = ["bash", os.path.join(HERE, "cluster_job.sh"), *overrides]
         job_start = time.time()
-        with open(os.path.join(out, "job.log"), "w") as log:
-            log.write(" ".join(cmd) + "\n")
-            log.flush()
-            try:
-                rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=submit_env, cwd=ROOT,
-                                    timeout=args.timeout).returncode
-            except subprocess.TimeoutExpired:
-                rc = 124
+        for attempt in range(20):  # the dashboard's job agent comes up some seconds after the node
+            with open(os.path.join(out, "job.log"), "w") as log:
+                log.write(" ".join(cmd) + "\n")
+                log.flush()
+                try:
+                    rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=submit_env, cwd=ROOT,
+                                        timeout=args.timeout).returncode
+                except subprocess.TimeoutExpired:
+                    rc = 124
+            with open(os.path.join(out, "job.log")) as f:
+                tail = f.read()[-4000:]
+            if "No available agent to submit job" not in tail:
+                break
+            time.sleep(5)
         job_wall = time.time() - job_start
-        with open(os.path.join(out, "job.log")) as f:
-            tail = f.read()[-4000:]
         succeeded = rc == 0 and "succeeded" in tail
         if not succeeded:
             failures.append(f"job: exit code {rc}, not reported succeeded (see {out}/job.log)")
