@@ -20,9 +20,8 @@ from typing import NamedTuple
 
 import torch
 
+from gtpo_verl.algorithms.choices import ADV_NORM_MODES  # noqa: F401  (re-exported)
 from gtpo_verl.algorithms.groups import group_sum, inverse_spread, row_dot, sample_variance
-
-ADV_NORM_MODES = ("two_zero_filled", "single_combined", "per_class")
 
 
 class ClassSets(NamedTuple):

@@ -13,14 +13,16 @@ from typing import NamedTuple
 
 import torch
 
+from gtpo_verl.algorithms.choices import (  # noqa: F401  (the vocabularies, re-exported)
+    NEGATIVE_SHARES,
+    RATIO_MEANS,
+    SEQUENCE_ENTROPY_MEANS,
+    SEQUENCE_VARIANTS,
+    SUCCESS_SHARES,
+)
 from gtpo_verl.algorithms.groups import RowBlocks, group_sum, masked_product_, row_dot
 from gtpo_verl.algorithms.normalization import zscore_by_class_
 
-SEQUENCE_VARIANTS = ("base", "unified_v6")
-NEGATIVE_SHARES = ("arithmetic", "geometric")
-SUCCESS_SHARES = ("arithmetic", "geometric")
-SEQUENCE_ENTROPIES = ("arithmetic", "geometric")
-RATIO_MEANS = ("arithmetic", "geometric")
 # Same stabiliser as verl's vanilla loss: |log π_θ − log π_old| is clamped before exp.
 LOG_RATIO_CLAMP = 20.0
 

@@ -26,6 +26,12 @@ from typing import NamedTuple
 
 import torch
 
+from gtpo_verl.algorithms.choices import (  # noqa: F401  (the vocabularies, re-exported)
+    ENTROPY_SHARES,
+    LENGTH_DENOMINATORS,
+    TOKEN_VARIANTS,
+    UNIFORM_GROUP_MODES,
+)
 from gtpo_verl.algorithms.groups import (
     RowBlocks,
     block_elements,
@@ -37,10 +43,6 @@ from gtpo_verl.algorithms.groups import (
 )
 from gtpo_verl.algorithms.normalization import ADV_NORM_MODES, class_sets, set_means, set_row_scale, zscore_by_class_
 
-TOKEN_VARIANTS = ("base", "clipped_len", "unified_v6")
-ENTROPY_SHARES = ("column", "geometric")
-UNIFORM_GROUP_MODES = ("keep", "zero_adv")
-LENGTH_DENOMINATORS = ("l1", "l2")
 # Debug mode (env GTPO_VERL_DEBUG=1): assert the share conservation the fused pass relies on.
 DEBUG_CHECKS = os.environ.get("GTPO_VERL_DEBUG", "") not in ("", "0")
 SUCCESS, FAILURE = 0, 1  # class index of a row inside its group's two segments

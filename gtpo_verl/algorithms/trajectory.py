@@ -19,15 +19,18 @@ from typing import NamedTuple
 
 import torch
 
+from gtpo_verl.algorithms.choices import (  # noqa: F401  (the vocabularies, re-exported)
+    DIVISOR_MODES,
+    ENTROPY_REG_MODES,
+    FILTER_SCOPES,
+    OVERLAP_MODES,
+)
 from gtpo_verl.algorithms.groups import RowBlocks, group_sum, masked_product_, members_matrix, sample_variance
 
 LN2 = math.log(2.0)
-OVERLAP_MODES = ("product", "union")
-DIVISOR_MODES = ("code", "union", "none")
-FILTER_SCOPES = ("all", "neg_only")
-ENTROPY_REG_MODES = ("advantage_offset", "differentiable")
-# |A_i| below this fraction of the group's reward scale is float rounding of an exact tie
-# with the mean: such a response is inactive (A = 0), as in an all-equal group.
+# A response is tied with its group mean (inactive, A = 0, as in an all-equal group) when
+# |r_i − mean| ≤ ADVANTAGE_TIE_TOLERANCE·(1 + mean|r|): absolute for rewards of order 1 or
+# below, relative for large ones (docs/spec.md A.1); it absorbs float rounding of exact ties.
 ADVANTAGE_TIE_TOLERANCE = 1e-6
 # Positions compared in the first pass of the conflict-run search; doubles while runs continue.
 # Small, because a pass costs little and most shared prefixes/suffixes are short.

@@ -49,14 +49,15 @@ def compute_policy_loss_grpo_s(
     """
     from verl.trainer.ppo.core_algos import agg_loss
 
+    from gtpo_verl.integration.config import select
+    from gtpo_verl.integration.loss_config import GTPOPolicyLossConfig  # imports verl: at call time only
+
     if config is None:
         raise ValueError("the grpo_s policy loss needs the actor config (clip_ratio_low/high).")
     clip_low = config.clip_ratio_low if config.clip_ratio_low is not None else config.clip_ratio
     clip_high = config.clip_ratio_high if config.clip_ratio_high is not None else config.clip_ratio
-    policy_loss_cfg = config.get("policy_loss", None) if hasattr(config, "get") else None
-    ratio_mean = "arithmetic"
-    if policy_loss_cfg is not None:
-        ratio_mean = policy_loss_cfg.get("sequence_ratio_mean", "arithmetic") or "arithmetic"
+    # the knob's one default is GTPOPolicyLossConfig's; a stock PolicyLossConfig has no such field
+    ratio_mean = select(config, "policy_loss.sequence_ratio_mean", GTPOPolicyLossConfig.sequence_ratio_mean)
 
     terms = grpo_s_sequence_loss(
         old_log_prob,
