@@ -186,7 +186,7 @@ def test_watchdog_is_off_unless_configured(transfer_queue):
 def test_the_driver_exits_with_one_line_when_the_task_runner_raised_it(transfer_queue, capsys):
     import ray
 
-    @ray.remote
+    @ray.remote(num_cpus=0)  # the TransferQueue actors hold this test cluster's two CPUs
     def task_runner():
         raise GenerationStalledError("generation made no progress for 9s (gtpo.watchdog.generation_timeout_s=9): …")
 
