@@ -232,12 +232,13 @@ def main() -> int:
             nodes.append(subprocess.Popen(
                 [os.path.join(shim, "ray"), "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
                  "--dashboard-host=127.0.0.1", "--include-dashboard=true", f"--temp-dir={temp_dir}",
-                 '--resources={"node_a": 1}', *common],
+                 '--resources={"node_a": 1}', f"--dashboard-agent-listen-port={free_port()}", *common],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
         wait_for_nodes(gcs, env, 1, 180)
         with open(os.path.join(out, "worker.log"), "w") as log:
             nodes.append(subprocess.Popen(
-                [os.path.join(shim, "ray"), "start", f"--address={gcs}", '--resources={"node_b": 1}', *common],
+                [os.path.join(shim, "ray"), "start", f"--address={gcs}", '--resources={"node_b": 1}',
+                 f"--dashboard-agent-listen-port={free_port()}", *common],  # two agents on one machine: own ports
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
         before = wait_for_nodes(gcs, env, 2, 180)
 
