@@ -109,7 +109,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def cluster_state(gcs: str, env: dict) -> dict:
+def cluster_state(gcs: str, dashboard: str, env: dict) -> dict:
     """Alive nodes (with their node resource) and every actor's class and node, from Ray itself."""
     code = (
         "import json, ray\n"
@@ -117,7 +117,7 @@ def cluster_state(gcs: str, env: dict) -> dict:
         f"ray.init(address={gcs!r}, logging_level='ERROR', log_to_driver=False)\n"
         "nodes = [{'id': n['NodeID'], 'alive': n['Alive'], 'resources': sorted(k for k in n['Resources'] if k.startswith('node_'))}"
         " for n in ray.nodes()]\n"
-        "actors = [{'class': a.class_name, 'node': a.node_id, 'state': a.state} for a in list_actors(limit=10000)]\n"
+        f"actors = [{{'class': a.class_name, 'node': a.node_id, 'state': a.state}} for a in list_actors(address={dashboard!r}, limit=10000)]\n"
         "print('STATE' + json.dumps({'nodes': nodes, 'actors': actors}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -127,11 +127,11 @@ def cluster_state(gcs: str, env: dict) -> dict:
     raise RuntimeError(f"could not read the cluster state: {out.stderr[-2000:]}")
 
 
-def wait_for_nodes(gcs: str, env: dict, count: int, timeout: float) -> dict:
+def wait_for_nodes(gcs: str, dashboard: str, env: dict, count: int, timeout: float) -> dict:
     deadline = time.time() + timeout
     while True:
         try:
-            state = cluster_state(gcs, env)
+            state = cluster_state(gcs, dashboard, env)
             if sum(n["alive"] for n in state["nodes"]) >= count:
                 return state
         except (RuntimeError, subprocess.TimeoutExpired):
@@ -210,7 +210,7 @@ def main() -> int:
 
     temp_dir = tempfile.mkdtemp(prefix="gtpo_ray_")  # short: Ray's socket paths must fit 107 bytes
     gcs_port, dashboard_port = free_port(), free_port()
-    gcs = f"127.0.0.1:{gcs_port}"
+    gcs, dashboard = f"127.0.0.1:{gcs_port}", f"http://127.0.0.1:{dashboard_port}"
     # `ray` and `python3` on every PATH here (raylets, the job's entrypoint) are this interpreter's:
     # Ray starts its workers with the Python that ran `ray start`
     shim = os.path.join(temp_dir, "bin")
@@ -232,14 +232,15 @@ def main() -> int:
             nodes.append(subprocess.Popen(
                 [os.path.join(shim, "ray"), "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
                  "--dashboard-host=127.0.0.1", "--include-dashboard=true", f"--temp-dir={temp_dir}",
-                 '--resources={"node_a": 1}', *common],
+                 '--resources={"node_a": 1}', f"--dashboard-agent-listen-port={free_port()}", *common],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
-        wait_for_nodes(gcs, env, 1, 180)
+        wait_for_nodes(gcs, dashboard, env, 1, 180)
         with open(os.path.join(out, "worker.log"), "w") as log:
             nodes.append(subprocess.Popen(
-                [os.path.join(shim, "ray"), "start", f"--address={gcs}", '--resources={"node_b": 1}', *common],
+                [os.path.join(shim, "ray"), "start", f"--address={gcs}", '--resources={"node_b": 1}',
+                 f"--dashboard-agent-listen-port={free_port()}", *common],  # two agents on one machine: own ports
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
-        before = wait_for_nodes(gcs, env, 2, 180)
+        before = wait_for_nodes(gcs, dashboard, env, 2, 180)
 
         job_env = dict(CPU_ENV, VERL_FILE_LOGGER_PATH=metrics_path, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
         submit_env = dict(env, RAY_ADDRESS=f"http://127.0.0.1:{dashboard_port}",
@@ -264,7 +265,7 @@ def main() -> int:
         succeeded = rc == 0 and "succeeded" in tail
         if not succeeded:
             failures.append(f"job: exit code {rc}, not reported succeeded (see {out}/job.log)")
-        after = cluster_state(gcs, env)
+        after = cluster_state(gcs, dashboard, env)
 
         rows = read_metrics([metrics_path])
         train_rows = [r for r in rows if "timing_s/step" in r]
