@@ -13,26 +13,20 @@ import sys
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
-import gtpo_verl
 from gtpo_verl.audit import check_audit_dir, validate_audit_config
+from support.hydra import compose_gtpo
+from support.transfer_queue import TQ_OVERRIDES, local_transfer_queue
 
-CONFIG_DIR = os.path.join(os.path.dirname(gtpo_verl.__file__), "config")
 GROUP, PROMPTS, MULTIPLE, TEMPERATURE = 4, 3, 16, 0.7
 
 
 def compose_config(*overrides):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        return compose(
-            config_name="gtpo_trainer",
-            overrides=[
-                f"actor_rollout_ref.rollout.n={GROUP}",
-                "transfer_queue.enable=true",
-                "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-                *overrides,
-            ],
-        )
+    return compose_gtpo(
+        f"actor_rollout_ref.rollout.n={GROUP}",
+        *TQ_OVERRIDES,
+        *overrides,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +49,7 @@ def reference_entropy(model_dir, prompt, response, temperature):
 
 @pytest.fixture(scope="module")
 def transfer_queue():
-    import ray
-    import transfer_queue as tq
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    tq.init(compose_config().transfer_queue)
-    yield tq
-    tq.close()
-    ray.shutdown()
+    yield from local_transfer_queue(compose_config().transfer_queue)
 
 
 def nested(rows, dtype):

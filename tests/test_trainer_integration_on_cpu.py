@@ -17,27 +17,20 @@ from torch.testing import assert_close
 
 from gtpo_verl.integration.estimators import ESTIMATORS
 from support.hydra import compose_gtpo
+from support.transfer_queue import TQ_OVERRIDES, local_transfer_queue
 
 
 def compose_config(*overrides):
     return compose_gtpo(
         "actor_rollout_ref.rollout.n=4",
-        "transfer_queue.enable=true",
-        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        *TQ_OVERRIDES,
         *overrides,
     )
 
 
 @pytest.fixture(scope="module")
 def transfer_queue():
-    import ray
-    import transfer_queue as tq
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    tq.init(compose_config().transfer_queue)
-    yield tq
-    tq.close()
-    ray.shutdown()
+    yield from local_transfer_queue(compose_config().transfer_queue)
 
 
 def put_batch(tq, seed, prompts=3, group=4, padding_rows=2, prefix="b"):

@@ -17,38 +17,28 @@ from hydra import compose, initialize_config_dir
 
 import gtpo_verl
 from gtpo_verl.integration.watchdog import EXIT_STATUS, GenerationStalledError, exit_if_stalled, stalled_error_in
+from support.hydra import compose_gtpo
+from support.transfer_queue import TQ_OVERRIDES, local_transfer_queue
 
 CONFIG_DIR = str(__import__("pathlib").Path(gtpo_verl.__file__).parent / "config")
 PROMPTS, GROUP = 3, 2
 
 
 def compose_config(*overrides):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        return compose(
-            config_name="gtpo_trainer",
-            overrides=[
-                f"actor_rollout_ref.rollout.n={GROUP}",
-                f"data.train_batch_size={PROMPTS}",
-                "algorithm.filter_groups.enable=true",  # sync DAPO, as in the recipes
-                "algorithm.filter_groups.metric=acc",
-                "algorithm.filter_groups.max_inflight_gen_batches=1",
-                "transfer_queue.enable=true",
-                "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-                *overrides,
-            ],
-        )
+    return compose_gtpo(
+        f"actor_rollout_ref.rollout.n={GROUP}",
+        f"data.train_batch_size={PROMPTS}",
+        "algorithm.filter_groups.enable=true",  # sync DAPO, as in the recipes
+        "algorithm.filter_groups.metric=acc",
+        "algorithm.filter_groups.max_inflight_gen_batches=1",
+        *TQ_OVERRIDES,
+        *overrides,
+    )
 
 
 @pytest.fixture(scope="module")
 def transfer_queue():
-    import ray
-    import transfer_queue as tq
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    tq.init(compose_config().transfer_queue)
-    yield tq
-    tq.close()
-    ray.shutdown()
+    yield from local_transfer_queue(compose_config().transfer_queue)
 
 
 @pytest.fixture(autouse=True)
