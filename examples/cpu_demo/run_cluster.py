@@ -28,8 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from run_demo import DAPO, RUNS, read_metrics  # noqa: E402
-from task import write_parquet  # noqa: E402
+from run_demo import DAPO, RUNS, prepare_task, read_metrics  # noqa: E402
 
 RUN = "DAPO_TOKEN"
 # `ray_init` must not size an existing cluster (Ray refuses num_cpus/num_gpus when connecting)
@@ -194,11 +193,7 @@ def main() -> int:
     os.makedirs(out, exist_ok=True)
     started = time.time()
 
-    data_dir, model_dir = os.path.join(out, "data"), os.path.join(out, "tiny_qwen2")
-    write_parquet(os.path.join(data_dir, "train.parquet"), 256, 0, "train")
-    write_parquet(os.path.join(data_dir, "val.parquet"), 16, 1, "val")
-    if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
-        subprocess.run([sys.executable, os.path.join(HERE, "build_model.py"), model_dir], check=True)
+    data_dir, model_dir = prepare_task(out)
 
     audit_dir, metrics_path = os.path.join(out, "audit"), os.path.join(out, "metrics.jsonl")
     for stale in ("checkpoints", "audit"):  # a fresh run each time: nothing resumed or re-checked

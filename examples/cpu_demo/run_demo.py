@@ -126,6 +126,16 @@ def launch(name: str, overrides: list[str], log_path: str, metrics_path: str, ti
     return rc, time.time() - start
 
 
+def prepare_task(out: str) -> tuple[str, str]:
+    """Write the task's train/val parquet files and build the warm-started model once, under ``out``."""
+    data_dir, model_dir = os.path.join(out, "data"), os.path.join(out, "tiny_qwen2")
+    write_parquet(os.path.join(data_dir, "train.parquet"), 256, 0, "train")
+    write_parquet(os.path.join(data_dir, "val.parquet"), 16, 1, "val")
+    if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
+        subprocess.run([sys.executable, os.path.join(HERE, "build_model.py"), model_dir], check=True)
+    return data_dir, model_dir
+
+
 def read_metrics(paths: list[str]) -> list[dict]:
     steps: dict[int, dict] = {}
     for path in paths:
@@ -176,11 +186,7 @@ def main() -> int:
     os.makedirs(out, exist_ok=True)
 
     started = time.time()
-    data_dir, model_dir = os.path.join(out, "data"), os.path.join(out, "tiny_qwen2")
-    write_parquet(os.path.join(data_dir, "train.parquet"), 256, 0, "train")
-    write_parquet(os.path.join(data_dir, "val.parquet"), 16, 1, "val")
-    if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
-        subprocess.run([sys.executable, os.path.join(HERE, "build_model.py"), model_dir], check=True)
+    data_dir, model_dir = prepare_task(out)
 
     summary, history, failures = {}, {}, []
     for run in args.runs.split(","):
