@@ -20,6 +20,7 @@ from gtpo_verl.algorithms.choices import (  # noqa: F401  (the vocabularies, re-
     SEQUENCE_VARIANTS,
     SUCCESS_SHARES,
 )
+from gtpo_verl.algorithms.cpu_threads import one_cpu_thread
 from gtpo_verl.algorithms.groups import RowBlocks, group_sum, masked_product_, row_dot
 from gtpo_verl.algorithms.normalization import zscore_by_class_
 
@@ -65,6 +66,7 @@ def share_of_set(
     return share * member_f
 
 
+@one_cpu_thread
 def grpo_s_advantage(
     entropy: torch.Tensor,
     response_mask: torch.Tensor,

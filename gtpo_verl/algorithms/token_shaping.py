@@ -32,6 +32,7 @@ from gtpo_verl.algorithms.choices import (  # noqa: F401  (the vocabularies, re-
     TOKEN_VARIANTS,
     UNIFORM_GROUP_MODES,
 )
+from gtpo_verl.algorithms.cpu_threads import one_cpu_thread
 from gtpo_verl.algorithms.groups import (
     RowBlocks,
     block_elements,
@@ -268,6 +269,7 @@ def gtpo_token_advantage_reference(
 # ----------------------------------------------------------------------------- pass layer
 
 
+@one_cpu_thread
 def gtpo_token_advantage(
     entropy: torch.Tensor,
     response_mask: torch.Tensor,

@@ -25,6 +25,7 @@ from gtpo_verl.algorithms.choices import (  # noqa: F401  (the vocabularies, re-
     FILTER_SCOPES,
     OVERLAP_MODES,
 )
+from gtpo_verl.algorithms.cpu_threads import one_cpu_thread
 from gtpo_verl.algorithms.groups import RowBlocks, group_sum, masked_product_, members_matrix, sample_variance
 
 LN2 = math.log(2.0)
@@ -280,6 +281,7 @@ def entropy_filter(
     return keep
 
 
+@one_cpu_thread
 def gtpo_traj_advantage(
     responses: torch.Tensor,
     response_mask: torch.Tensor,
