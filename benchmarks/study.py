@@ -242,6 +242,30 @@ def draw(runs: dict, val_n: int, path: str) -> None:
     fig.savefig(path, dpi=100)
 
 
+def _cell(stat: dict | None, digits: int = 3) -> str:
+    if not stat or stat.get("mean") is None:
+        return "n/a"
+    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
+
+
+def markdown_table(summary: dict, val_n: int) -> str:
+    """The docs/results.md table: validation pass@1 / pass@n, entropy and reward, mean ± std over seeds."""
+    columns = [
+        ("step-0 pass@1", "step-0 pass@1"), ("final pass@1", "final pass@1"), ("best pass@1", "best pass@1"),
+        (f"final pass@{val_n}", f"final pass@{val_n}"), (f"best pass@{val_n}", f"best pass@{val_n}"),
+        (f"final maj@{val_n}", f"final maj@{val_n}"),
+        ("actor/entropy, last 20 %", "actor_entropy last 20%"),
+        ("token-mean entropy, last 20 %", "token_mean_entropy last 20%"),
+        ("training reward, last 20 %", "reward last 20%"),
+    ]
+    lines = ["| method | seeds | " + " | ".join(title for title, _ in columns) + " |",
+             "|---|---:|" + "---:|" * len(columns)]
+    for method, stats in summary.items():
+        seeds = max((v.get("seeds", 0) for v in stats.values()), default=0)
+        lines.append(f"| {method} | {seeds} | " + " | ".join(_cell(stats.get(key)) for _, key in columns) + " |")
+    return "\n".join(lines)
+
+
 def aggregate(args, launches: dict) -> dict:
     runs: dict[str, dict] = {}
     for method in args.methods:
@@ -260,6 +284,8 @@ def aggregate(args, launches: dict) -> dict:
     }
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(markdown_table(results["summary"], args.val_n) + "\n")
     if runs:
         draw(runs, args.val_n, os.path.join(args.out, "figures.png"))
     return results
@@ -320,7 +346,7 @@ def main(argv=None) -> int:
         json.dump(results, f, indent=1)
     failed = [f"{m}/{s}" for (m, s), x in launches.items() if x["returncode"] != 0]
     missing = [f"{m}/{s}" for m in args.methods for s in args.seeds if str(s) not in results["runs"].get(m, {})]
-    print(json.dumps(results["summary"], indent=1))
+    print(markdown_table(results["summary"], args.val_n))
     print(f"study wall time {results['wall_s']:.0f} s; {args.out}/results.json, {args.out}/figures.png")
     for name in failed + missing:
         print("FAILED:", name)

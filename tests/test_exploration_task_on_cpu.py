@@ -76,6 +76,9 @@ def test_study_aggregates_a_real_cpu_run():
         assert train["step"] and all(isinstance(v, float) for v in train["reward"] + train["actor_entropy"])
     summary = study.summarize({"M": {"0": record}}, 16)["M"]
     assert summary["final pass@16"]["seeds"] == 1
+    table = study.markdown_table({"M": summary}, 16).splitlines()
+    assert len(table) == 3 and table[2].startswith("| M | 1 | ")
+    assert f"{val['pass@16'][-1]:.3f} ± 0.000" in table[2]  # final pass@16 of the one seed
 
 
 @pytest.mark.parametrize(
