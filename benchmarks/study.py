@@ -191,7 +191,9 @@ def _mean_std(values: list[float]) -> dict:
 
 
 def summarize(runs: dict, val_n: int) -> dict:
-    """Per method, mean ± std over seeds: final and best validation pass@1 / pass@n, late entropy."""
+    """Per method, mean ± std over seeds: step-0, final and best validation pass@1 / pass@n / maj@n,
+    entropy, reward and response length over the first and last 20 % of steps, the training reward's
+    step-to-step std and the largest fall of validation pass@1 below its best (steadiness)."""
     summary = {}
     for method, seeds in runs.items():
         cols: dict[str, list[float]] = {}
@@ -203,10 +205,18 @@ def summarize(runs: dict, val_n: int) -> dict:
                     cols.setdefault(f"final {k}", []).append(series[-1])
                     cols.setdefault(f"best {k}", []).append(max(series))
                     cols.setdefault(f"step-0 {k}", []).append(series[0])
-            for name in ("actor_entropy", "token_mean_entropy", "reward"):
+            for name in ("actor_entropy", "token_mean_entropy", "reward", "response_length"):
                 series = [v for v in train.get(name, []) if v is not None]
-                if series:  # mean over the last 20 % of steps
-                    cols.setdefault(f"{name} last 20%", []).append(float(np.mean(series[-max(1, len(series) // 5):])))
+                if series:  # mean over the first and the last 20 % of steps
+                    tail = max(1, len(series) // 5)
+                    cols.setdefault(f"{name} first 20%", []).append(float(np.mean(series[:tail])))
+                    cols.setdefault(f"{name} last 20%", []).append(float(np.mean(series[-tail:])))
+            reward = [v for v in train.get("reward", []) if v is not None]
+            if len(reward) > 2:  # steadiness: how much the training reward jumps from one step to the next
+                cols.setdefault("reward step-to-step std", []).append(float(np.std(np.diff(reward))))
+            pass1 = [v for v in val.get("pass@1", []) if v is not None]
+            if pass1:  # the largest fall of validation pass@1 below its best so far
+                cols.setdefault("pass@1 drawdown", []).append(float(max(b - v for b, v in zip(np.maximum.accumulate(pass1), pass1))))
         summary[method] = {name: _mean_std(values) for name, values in cols.items()}
     return summary
 
@@ -254,15 +264,21 @@ def markdown_table(summary: dict, val_n: int) -> str:
         ("step-0 pass@1", "step-0 pass@1"), ("final pass@1", "final pass@1"), ("best pass@1", "best pass@1"),
         (f"final pass@{val_n}", f"final pass@{val_n}"), (f"best pass@{val_n}", f"best pass@{val_n}"),
         (f"final maj@{val_n}", f"final maj@{val_n}"),
+        ("actor/entropy, first 20 %", "actor_entropy first 20%"),
         ("actor/entropy, last 20 %", "actor_entropy last 20%"),
         ("token-mean entropy, last 20 %", "token_mean_entropy last 20%"),
+        ("response length, first → last 20 %", ("response_length first 20%", "response_length last 20%")),
         ("training reward, last 20 %", "reward last 20%"),
+        ("reward step-to-step std", "reward step-to-step std"),
+        ("pass@1 drawdown", "pass@1 drawdown"),
     ]
     lines = ["| method | seeds | " + " | ".join(title for title, _ in columns) + " |",
              "|---|---:|" + "---:|" * len(columns)]
     for method, stats in summary.items():
         seeds = max((v.get("seeds", 0) for v in stats.values()), default=0)
-        lines.append(f"| {method} | {seeds} | " + " | ".join(_cell(stats.get(key)) for _, key in columns) + " |")
+        cells = [" → ".join(_cell(stats.get(k), 2) for k in key) if isinstance(key, tuple) else _cell(stats.get(key))
+                 for _, key in columns]
+        lines.append(f"| {method} | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
