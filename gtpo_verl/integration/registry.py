@@ -8,7 +8,12 @@ code fail loudly with the fix.
 
 Registered names (short, and distinct for the two papers called "GTPO"):
 - estimators ``gtpo_token`` (Paper B, token), ``grpo_s`` (Paper B, sequence), ``gtpo_traj`` (Paper A);
-- policy loss ``grpo_s`` (Paper B, sequence-ratio surrogate).
+- policy loss ``grpo_s`` (Paper B, sequence-ratio surrogate);
+- advantage transforms ``high_entropy_tokens`` (arXiv:2506.01939) and ``entropy_advantage``
+  (arXiv:2506.14758), for ``algorithm.adv_transforms``.
+
+The estimators register through ``gtpo_verl.register_entropy_aware_estimator``, the public
+decorator a user's own package uses from its own ``verl.plugins`` entry point.
 """
 
 from __future__ import annotations
@@ -22,10 +27,10 @@ ESTIMATOR_NAMES = ("gtpo_token", "grpo_s", "gtpo_traj")
 POLICY_LOSS_NAMES = ("grpo_s",)
 
 try:
-    from gtpo_verl.integration.estimators import register_estimators
+    import gtpo_verl.integration.estimators  # noqa: F401  (the decorator registers them)
+    import gtpo_verl.integration.transforms  # noqa: F401
     from gtpo_verl.integration.losses import register_losses
 
-    register_estimators()
     register_losses()
 except Exception:  # verl would hide this at DEBUG level
     logger.error("gtpo_verl: registering estimators/losses with verl failed", exc_info=True)
