@@ -41,9 +41,9 @@ def batch_entropy_quantile(entropy: torch.Tensor, response_mask: torch.Tensor, q
     v_0 ≤ … ≤ v_{N−1}, p = q·(N − 1), j = ⌊p⌋, g = p − j, the quantile is
     v_j + (v_{j+1} − v_j)·g (numpy's two-branch form of that lerp, for the same rounding).
 
-    NOTE: ``torch.quantile`` refuses inputs above 2^24 elements; this takes the two order
-    statistics with ``torch.kthvalue`` on the valid values (one O(N) copy), so it runs on the
-    papers' ~1.7e8-token batches.
+    NOTE: ``torch.quantile`` refuses inputs above 2^24 elements; this takes the lower order
+    statistic with ``torch.kthvalue`` on the valid values (one O(N) copy) and the next one with two
+    linear passes, so it runs on the papers' ~1.7e8-token batches.
 
     Raises ``ValueError`` when no token is valid (a quantile of nothing is undefined) or a
     valid entropy is not finite.
@@ -51,18 +51,23 @@ def batch_entropy_quantile(entropy: torch.Tensor, response_mask: torch.Tensor, q
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"quantile q={q} must be in [0, 1]")
     valid, work = _valid_values(entropy, response_mask)
-    values = work[valid]
+    values = torch.masked_select(work, valid)  # (N,), the only O(N) copy
     n = values.numel()
     if n == 0:
         raise ValueError("no valid token in the batch (response_mask is all zero): the entropy quantile is undefined")
-    if not bool(torch.isfinite(values).all()):
+    # a sum is finite iff every term is (entropies are far below float overflow); the exact check only on failure
+    if not math.isfinite(float(values.sum(dtype=torch.float64))) and not bool(torch.isfinite(values).all()):
         raise ValueError("entropy has non-finite values on valid tokens; check the old-log-prob pass")
     position = q * (n - 1)
     low = min(int(math.floor(position)), n - 1)
-    high = min(low + 1, n - 1)
     fraction = position - low
-    v_low = float(torch.kthvalue(values, low + 1).values)
-    v_high = v_low if high == low else float(torch.kthvalue(values, high + 1).values)
+    v_low = float(torch.kthvalue(values, low + 1).values)  # the (low+1)-th smallest
+    # the next order statistic without a second selection: v_low again if it is tied past rank low+1,
+    # else the smallest value above it
+    if low + 1 >= n or int((values <= v_low).sum()) >= low + 2:
+        v_high = v_low
+    else:
+        v_high = float(torch.where(values > v_low, values, math.inf).min())
     diff = v_high - v_low
     # numpy's _lerp: a + d·g below one half, b − d·(1 − g) from one half (exact at both ends)
     return v_low + diff * fraction if fraction < 0.5 else v_high - diff * (1.0 - fraction)
