@@ -256,3 +256,70 @@ def test_study_baselines_are_dapo_plus_one_transform(method):
         warnings.simplefilter("error")
         assert validate_gtpo_config(config) == []
     assert len(config.algorithm.adv_transforms) == 1
+
+
+# ----------------------------------------------------------------------------- the public decorators
+@pytest.fixture
+def scratch_registries(monkeypatch):
+    """verl's estimator registry and gtpo_verl's declared-input and transform registries, restored after the test."""
+    from verl.trainer.ppo import core_algos
+
+    from gtpo_verl.integration import extensions
+
+    monkeypatch.setattr(core_algos, "ADV_ESTIMATOR_REGISTRY", dict(core_algos.ADV_ESTIMATOR_REGISTRY))
+    monkeypatch.setattr(extensions, "_ESTIMATOR_INPUTS", dict(extensions._ESTIMATOR_INPUTS))
+    monkeypatch.setattr(extensions, "_TRANSFORMS", dict(extensions._TRANSFORMS))
+
+
+def test_a_user_transform_through_the_public_decorator(scratch_registries):
+    from dataclasses import dataclass
+
+    import gtpo_verl
+    from gtpo_verl.integration.extensions import apply_adv_transforms, parse_adv_transforms
+
+    @dataclass(frozen=True)
+    class Knobs:
+        factor: float = 1.0
+
+        def __post_init__(self):
+            if not self.factor > 0:
+                raise gtpo_verl.KnobError("factor", "must be > 0; e.g. 0.5.")
+
+    @gtpo_verl.register_adv_transform("scale_by_entropy", inputs=("entropys",), knobs=Knobs)
+    def scale_by_entropy(advantages, response_mask, knobs, *, entropys):
+        keep = entropys > 0.5  # also narrows the mask to those tokens
+        return gtpo_verl.TransformResult(advantages * (1 + knobs.factor * entropys), keep, {"kept": float(keep.sum())})
+
+    with pytest.raises(ValueError, match=r"algorithm.adv_transforms\[0\].factor=0: must be > 0"):
+        parse_adv_transforms([{"name": "scale_by_entropy", "factor": 0}])
+    transforms = parse_adv_transforms([{"name": "scale_by_entropy", "factor": 0.5}])
+    adv, mask = torch.ones(2, 3), torch.tensor([[1, 1, 0], [1, 0, 0]])
+    entropy = torch.tensor([[0.2, 1.0, 9.0], [0.8, 9.0, 9.0]])
+    metrics = {}
+    new, new_mask = apply_adv_transforms(transforms, adv, mask, {"entropys": entropy}, metrics)
+    assert_close(new, 1 + 0.5 * entropy)
+    assert new_mask.tolist() == [[0, 1, 0], [1, 0, 0]]  # a subset of verl's mask, never more
+    assert metrics == {"gtpo/transform/scale_by_entropy/kept": 4.0}
+    with pytest.raises(ValueError, match="needs `entropys`.*python -m gtpo_verl.main"):
+        apply_adv_transforms(transforms, adv, mask, {})
+    with pytest.raises(ValueError, match="unknown input"):
+        gtpo_verl.register_adv_transform("bad", inputs=("logits",))
+
+
+def test_a_user_estimator_receives_old_log_probs_through_the_mixin(transfer_queue, fetched, scratch_registries):
+    import gtpo_verl
+
+    received = {}
+
+    @gtpo_verl.register_entropy_aware_estimator("old_logp_probe", inputs=("old_log_probs",))
+    def old_logp_probe(token_level_rewards, response_mask, index=None, config=None, *, old_log_probs, **kwargs):
+        received["old_log_probs"] = old_log_probs.clone()
+        return old_log_probs * response_mask, old_log_probs * response_mask
+
+    config = compose_config("algorithm.adv_estimator=old_logp_probe", "gtpo.diagnostics=false")
+    meta, direct = put_v1_batch(transfer_queue, seed=8, prefix="olp")
+    make_v1_trainer(config)._compute_advantage(meta, {})
+    width = received["old_log_probs"].shape[1]
+    assert torch.equal(received["old_log_probs"], direct["old_log_probs"][:, :width])
+    assert [c for c in fetched if "old_log_probs" in c][0] == ["old_log_probs"]  # exactly the declared field
+    assert not [c for c in fetched if "entropy" in c]  # diagnostics off: no entropy read at all

@@ -23,8 +23,9 @@ import os
 
 logger = logging.getLogger(__name__)
 
-ESTIMATOR_NAMES = ("gtpo_token", "grpo_s", "gtpo_traj")
+ESTIMATOR_NAMES = ("gtpo_token", "grpo_s", "gtpo_traj")  # what check_registered expects (not who gets fields)
 POLICY_LOSS_NAMES = ("grpo_s",)
+TRANSFORM_NAMES = ("high_entropy_tokens", "entropy_advantage")
 
 try:
     import gtpo_verl.integration.estimators  # noqa: F401  (the decorator registers them)
@@ -53,6 +54,9 @@ def check_registered() -> None:
 
     missing = [f"estimator {n!r}" for n in ESTIMATOR_NAMES if n not in core_algos.ADV_ESTIMATOR_REGISTRY]
     missing += [f"policy loss {n!r}" for n in POLICY_LOSS_NAMES if n not in core_algos.POLICY_LOSS_REGISTRY]
+    from gtpo_verl.integration.extensions import registered_transforms
+
+    missing += [f"advantage transform {n!r}" for n in TRANSFORM_NAMES if n not in registered_transforms()]
     if missing:
         raise RuntimeError(
             f"gtpo_verl is not registered with verl in this process (missing {', '.join(missing)}). "
