@@ -290,7 +290,7 @@ def test_a_user_transform_through_the_public_decorator(scratch_registries):
         keep = entropys > 0.5  # also narrows the mask to those tokens
         return gtpo_verl.TransformResult(advantages * (1 + knobs.factor * entropys), keep, {"kept": float(keep.sum())})
 
-    with pytest.raises(ValueError, match=r"algorithm.adv_transforms\[0\].factor=0: must be > 0"):
+    with pytest.raises(ValueError, match=r"algorithm.adv_transforms\[0\].factor=0`: must be > 0"):
         parse_adv_transforms([{"name": "scale_by_entropy", "factor": 0}])
     transforms = parse_adv_transforms([{"name": "scale_by_entropy", "factor": 0.5}])
     adv, mask = torch.ones(2, 3), torch.tensor([[1, 1, 0], [1, 0, 0]])
@@ -299,7 +299,7 @@ def test_a_user_transform_through_the_public_decorator(scratch_registries):
     new, new_mask = apply_adv_transforms(transforms, adv, mask, {"entropys": entropy}, metrics)
     assert_close(new, 1 + 0.5 * entropy)
     assert new_mask.tolist() == [[0, 1, 0], [1, 0, 0]]  # a subset of verl's mask, never more
-    assert metrics == {"gtpo/transform/scale_by_entropy/kept": 4.0}
+    assert metrics == {"gtpo/transform/scale_by_entropy/kept": 5.0}  # entropies > 0.5: 1.0, 9.0 / 0.8, 9.0, 9.0
     with pytest.raises(ValueError, match="needs `entropys`.*python -m gtpo_verl.main"):
         apply_adv_transforms(transforms, adv, mask, {})
     with pytest.raises(ValueError, match="unknown input"):

@@ -193,3 +193,20 @@ def test_non_finite_valid_entropy_is_an_error():
 def test_bonus_knobs_out_of_range(alpha, kappa):
     with pytest.raises(ValueError):
         entropy_advantage_bonus(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), alpha, kappa)
+
+
+@pytest.mark.parametrize("block", [1, 7, 64])
+def test_bonus_row_blocks_change_nothing(monkeypatch, block):
+    from gtpo_verl.algorithms import entropy_baselines
+
+    entropy, mask, adv = random_batch(9, 33, 11)
+    whole, bonus_sum, clipped = entropy_baselines.entropy_advantage_bonus_and_stats(adv, entropy, mask, 0.4, 2.0)
+    monkeypatch.setattr(entropy_baselines, "BLOCK_ELEMENTS", block)
+    blocked, blocked_sum, blocked_clipped = entropy_baselines.entropy_advantage_bonus_and_stats(adv, entropy, mask, 0.4, 2.0)
+    assert torch.equal(blocked, whole) and blocked_clipped == clipped
+    assert blocked_sum == pytest.approx(bonus_sum, rel=1e-12)
+    expected = reference_bonus(adv, entropy, mask, 0.4, 2.0)
+    valid = mask.bool()
+    assert bonus_sum == pytest.approx(float((expected - adv.double())[valid].sum()), rel=1e-6)
+    h, a = entropy.double(), adv.double()
+    assert clipped == int(((a.abs() / 2.0 < 0.4 * h) & valid).sum())

@@ -64,10 +64,14 @@ def batch_entropy_quantile(entropy: torch.Tensor, response_mask: torch.Tensor, q
     v_low = float(torch.kthvalue(values, low + 1).values)  # the (low+1)-th smallest
     # the next order statistic without a second selection: v_low again if it is tied past rank low+1,
     # else the smallest value above it
-    if low + 1 >= n or int((values <= v_low).sum()) >= low + 2:
+    if low + 1 >= n:
         v_high = v_low
     else:
-        v_high = float(torch.where(values > v_low, values, math.inf).min())
+        at_most_low = values <= v_low
+        if int(at_most_low.sum()) >= low + 2:
+            v_high = v_low
+        else:  # values is this function's own copy: mask in place
+            v_high = float(values.masked_fill_(at_most_low, math.inf).min())
     diff = v_high - v_low
     # numpy's _lerp: a + d·g below one half, b − d·(1 − g) from one half (exact at both ends)
     return v_low + diff * fraction if fraction < 0.5 else v_high - diff * (1.0 - fraction)
@@ -113,7 +117,7 @@ def high_entropy_token_mask_and_threshold(
         raise ValueError(f"rho={rho} must be in (0, 1] (the share of valid tokens kept; the paper uses 0.2)")
     valid, work = _valid_values(entropy, response_mask)
     tau = batch_entropy_quantile(work, valid, 1.0 - rho)
-    return valid & _at_least(work, tau), tau
+    return _at_least(work, tau).logical_and_(valid), tau
 
 
 def high_entropy_token_advantages(
@@ -152,6 +156,20 @@ def entropy_advantage_bonus(
     transform uses the old-policy entropy of the same batch (equal on the first mini-batch of an
     on-policy update; docs/spec.md C.2).
     """
+    return entropy_advantage_bonus_and_stats(advantages, entropy, response_mask, alpha, kappa)[0]
+
+
+def entropy_advantage_bonus_and_stats(
+    advantages: torch.Tensor,
+    entropy: torch.Tensor,
+    response_mask: torch.Tensor,
+    alpha: float = DEFAULT_ALPHA,
+    kappa: float = DEFAULT_KAPPA,
+) -> tuple[torch.Tensor, float, int]:
+    """``(entropy_advantage_bonus(...), Σ ψ over valid tokens (float64), valid tokens where |A|/κ < α·H)``.
+
+    One output buffer plus one (B, T) temporary: ψ is built in place, the statistics come from it.
+    """
     if not (alpha >= 0.0 and math.isfinite(alpha)):
         raise ValueError(f"alpha={alpha} must be finite and >= 0 (paper: 0.4; 0 disables the bonus)")
     if not (kappa > 0.0 and math.isfinite(kappa)):
@@ -161,7 +179,39 @@ def entropy_advantage_bonus(
             f"advantages {tuple(advantages.shape)}, entropy {tuple(entropy.shape)} and response_mask "
             f"{tuple(response_mask.shape)} must have the same (B, T) shape"
         )
-    entropy = entropy.detach().to(advantages.dtype)
-    bonus = torch.minimum(alpha * entropy, advantages.abs() / kappa)
-    shaped = advantages + bonus
-    return torch.where(response_mask.bool(), shaped, torch.zeros((), dtype=advantages.dtype))
+    if advantages.requires_grad:  # a graph through A (ψ stays a constant): one unblocked pass
+        return _bonus_block(advantages, entropy.detach(), response_mask, alpha, kappa, differentiable=True)
+    out = torch.empty_like(advantages)
+    bonus_sum = torch.zeros((), dtype=torch.float64, device=advantages.device)
+    clipped = torch.zeros((), dtype=torch.int64, device=advantages.device)
+    width = max(int(advantages.shape[-1]), 1)
+    rows = max(1, BLOCK_ELEMENTS // width)
+    for start in range(0, int(advantages.shape[0]), rows):  # row blocks that stay in cache (not rows, not tokens)
+        block = slice(start, start + rows)
+        out[block], block_sum, block_clipped = _bonus_block(
+            advantages[block], entropy[block].detach(), response_mask[block], alpha, kappa
+        )
+        bonus_sum += block_sum
+        clipped += block_clipped
+    return out, float(bonus_sum), int(clipped)
+
+
+# (B, T) elements per row block of entropy_advantage_bonus: 4 MiB of float32 working set per temporary
+BLOCK_ELEMENTS = 1 << 20
+
+
+def _bonus_block(advantages, entropy, response_mask, alpha, kappa, differentiable=False):
+    """A + min(α·H, |A|/κ) on one block of rows, with Σψ and the clipped count as 0-dim tensors."""
+    invalid = torch.logical_not(response_mask)
+    psi = entropy.to(advantages.dtype, copy=True).mul_(alpha)  # α·H
+    cap = advantages.detach().abs().div_(kappa)  # |A|/κ
+    clipped = (cap < psi).masked_fill_(invalid, False).sum()  # where the clip binds
+    torch.minimum(psi, cap, out=psi)  # ψ = min(α·H, |A|/κ)
+    del cap
+    psi.masked_fill_(invalid, 0.0)
+    bonus_sum = psi.sum(dtype=torch.float64)
+    shaped = advantages + psi if differentiable else psi.add_(advantages)  # A + ψ
+    shaped = shaped.masked_fill_(invalid, 0.0)
+    if differentiable:
+        return shaped, float(bonus_sum), int(clipped)
+    return shaped, bonus_sum, clipped

@@ -21,7 +21,7 @@ from gtpo_verl.algorithms.entropy_baselines import (
     DEFAULT_ALPHA,
     DEFAULT_KAPPA,
     DEFAULT_RHO,
-    entropy_advantage_bonus,
+    entropy_advantage_bonus_and_stats,
     high_entropy_token_mask_and_threshold,
 )
 from gtpo_verl.integration.extensions import KnobError, TransformResult, register_adv_transform
@@ -70,7 +70,7 @@ def high_entropy_tokens(advantages, response_mask, knobs: HighEntropyTokensKnobs
     if valid == 0:  # nothing to select (a batch of padding rows only): advantages are already 0 there
         return TransformResult(advantages, metrics={"kept_fraction": 0.0, "kept_tokens": 0.0})
     kept, tau = high_entropy_token_mask_and_threshold(entropys, response_mask, float(knobs.rho))
-    new = torch.where(kept, advantages, torch.zeros((), dtype=advantages.dtype))
+    new = advantages.masked_fill(kept.logical_not(), 0.0)
     kept_tokens = float(kept.sum())
     metrics = {"kept_fraction": kept_tokens / valid, "kept_tokens": kept_tokens, "entropy_threshold": tau}
     narrowed = kept.to(response_mask.dtype) if knobs.normalize_over == "kept" else None
@@ -80,15 +80,11 @@ def high_entropy_tokens(advantages, response_mask, knobs: HighEntropyTokensKnobs
 @register_adv_transform("entropy_advantage", inputs=("entropys",), knobs=EntropyAdvantageKnobs)
 def entropy_advantage(advantages, response_mask, knobs: EntropyAdvantageKnobs, *, entropys) -> TransformResult:
     """A + min(α·H, |A|/κ) on valid tokens (docs/spec.md C.2)."""
-    alpha, kappa = float(knobs.alpha), float(knobs.kappa)
-    new = entropy_advantage_bonus(advantages, entropys, response_mask, alpha, kappa)
-    valid = response_mask.bool()
+    new, bonus_sum, clipped = entropy_advantage_bonus_and_stats(
+        advantages, entropys, response_mask, float(knobs.alpha), float(knobs.kappa)
+    )
     count = _valid_count(response_mask)
-    if count == 0:
-        return TransformResult(new, metrics={"bonus_mean": 0.0, "clipped_fraction": 0.0})
-    bonus = (new - advantages)[valid].to(torch.float64)
-    clipped = (advantages.abs() / kappa < alpha * entropys.to(advantages.dtype))[valid]
-    metrics = {"bonus_mean": float(bonus.mean()), "clipped_fraction": float(clipped.sum()) / count}
+    metrics = {"bonus_mean": bonus_sum / count if count else 0.0, "clipped_fraction": clipped / count if count else 0.0}
     return TransformResult(new, metrics=metrics)
 
 
