@@ -16,6 +16,8 @@ training and every ``--test-freq`` steps with ``--val-n`` samples per problem. M
 | DAPO_SEQ | ``grpo_s`` + loss ``grpo_s`` (β = 0.9/0.1), seq-mean-token-mean | Paper B |
 | GTPO_TRAJ | ``gtpo_traj`` (official preset, γ = 0.1, W = 2), clip 0.2, seq-mean-token-mean | Paper A |
 | GRPO | verl's ``grpo`` with std normalisation, clip 0.2, seq-mean-token-mean | Paper A's baseline (β = 0) |
+| DAPO_HIGH_ENTROPY | DAPO + transform ``high_entropy_tokens`` (ρ = 0.2); opt-in with ``--methods`` | arXiv:2506.01939 |
+| DAPO_ENTROPY_ADV | DAPO + transform ``entropy_advantage`` (α = 0.4, κ = 2); opt-in with ``--methods`` | arXiv:2506.14758 |
 
 No KL anywhere (Paper A's GRPO baseline used β = 0; DAPO drops it). Every method gets the same
 task, reward, model, lr, batch, group size, temperature and steps; only its own knobs differ, at
@@ -70,7 +72,21 @@ METHODS = {
     ],
     "GTPO_TRAJ": PAPER_A_KNOBS + ["algorithm.adv_estimator=gtpo_traj", "algorithm.gtpo_traj.preset=official"],
     "GRPO": PAPER_A_KNOBS + ["algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=true"],
+    # the two entropy-aware baselines: DAPO + one advantage transform at its paper's defaults (not in the default run)
+    "DAPO_HIGH_ENTROPY": DAPO_KNOBS
+    + [
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        "algorithm.adv_transforms=[{name:high_entropy_tokens,rho:0.2}]",
+    ],
+    "DAPO_ENTROPY_ADV": DAPO_KNOBS
+    + [
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        "algorithm.adv_transforms=[{name:entropy_advantage,alpha:0.4,kappa:2.0}]",
+    ],
 }
+DEFAULT_METHODS = ("DAPO", "DAPO_TOKEN", "DAPO_SEQ", "GTPO_TRAJ", "GRPO")  # --methods without a value
 # training curves kept per step (name in results.json: verl / gtpo metric)
 TRAIN_CURVES = {
     "reward": "critic/score/mean",
@@ -318,7 +334,7 @@ def _launch_run(args, method: str, seed: int) -> tuple[int, float]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.path.join(ROOT, "outputs", "study"))
-    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS))
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--test-freq", type=int, default=10)

@@ -181,3 +181,37 @@ def test_typed_gtpo_block_refuses_unknown_keys_with_the_full_key():
         GTPOSettings.from_config({"gtpo": {"entropy_warning": {"rati": 2.0}}})
     with pytest.raises(ValueError, match=r"gtpo\.entropy_warning\.momentum=1\.0"):
         GTPOSettings.from_config({"gtpo": {"entropy_warning": {"momentum": 1.0}}})
+
+
+def _transform_doc_tables():
+    """``{transform: {key: default cell}}`` from the ``### `name``` tables under algorithm.adv_transforms."""
+    tables, current = {}, None
+    for line in CONFIG_DOC.read_text().splitlines():
+        heading = re.match(r"^### `([a-z_]+)`", line)
+        if heading:
+            current = tables.setdefault(heading.group(1), {})
+            continue
+        if line.startswith("## "):
+            current = None
+        row = re.match(r"^\| `([a-z_]+)` \| ([^|]+) \|", line)
+        if row and current is not None:
+            current[row.group(1)] = row.group(2).strip()
+    return tables
+
+
+def test_adv_transforms_default_and_docs_tables_match_the_knob_dataclasses():
+    pytest.importorskip("verl")
+    from gtpo_verl.algorithms.entropy_baselines import entropy_advantage_bonus, high_entropy_token_mask
+    from gtpo_verl.integration.transforms import TRANSFORM_KNOBS
+
+    yaml = OmegaConf.to_container(OmegaConf.load(BASE_YAML), resolve=True)
+    assert yaml["algorithm"]["adv_transforms"] == []
+    tables = _transform_doc_tables()
+    for name, knobs in TRANSFORM_KNOBS.items():
+        defaults = {f.name: f.default for f in dataclasses.fields(knobs)}
+        assert tables[name] == {k: _doc_value(v) for k, v in defaults.items()}, name
+    # the pure functions' defaults are the knobs' defaults (the papers' values)
+    assert inspect.signature(high_entropy_token_mask).parameters["rho"].default == TRANSFORM_KNOBS["high_entropy_tokens"]().rho
+    bonus = inspect.signature(entropy_advantage_bonus).parameters
+    knobs = TRANSFORM_KNOBS["entropy_advantage"]()
+    assert (bonus["alpha"].default, bonus["kappa"].default) == (knobs.alpha, knobs.kappa)

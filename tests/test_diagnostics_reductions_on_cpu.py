@@ -7,7 +7,7 @@ from gtpo_verl.algorithms.groups import group_ids_from_uids
 from gtpo_verl.algorithms.sequence_shaping import grpo_s_advantage
 from gtpo_verl.algorithms.token_shaping import gtpo_token_advantage
 from gtpo_verl.integration.diagnostics import estimator_metrics, masked_token_mean
-from gtpo_verl.integration.trainer import ESTIMATOR_FIELDS
+from gtpo_verl.integration.extensions import INPUT_FIELDS, estimator_inputs
 
 
 def _batch(rows=24, width=10, seed=0):
@@ -55,6 +55,11 @@ def test_masked_token_mean_ignores_padding_rows_and_garbage():
 
 
 def test_only_gtpo_traj_fetches_token_ids():
-    assert ESTIMATOR_FIELDS["gtpo_token"] == ("entropy",)
-    assert ESTIMATOR_FIELDS["grpo_s"] == ("entropy",)
-    assert set(ESTIMATOR_FIELDS["gtpo_traj"]) == {"entropy", "responses"}
+    import gtpo_verl.integration.registry  # noqa: F401  (registers the estimators)
+
+    def fields(name):
+        return tuple(INPUT_FIELDS[i] for i in estimator_inputs(name))
+
+    assert fields("gtpo_token") == ("entropy",)
+    assert fields("grpo_s") == ("entropy",)
+    assert set(fields("gtpo_traj")) == {"entropy", "responses"}

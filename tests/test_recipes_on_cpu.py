@@ -42,6 +42,8 @@ DAPO = {
     "recipes/dapo/run_dapo_qwen2.5_32b.sh": "Qwen2.5-32B-DAPO_step1",
     "recipes/dapo/run_dapo_token_qwen2.5_32b.sh": "Qwen2.5-32B-DAPO_TOKEN",
     "recipes/dapo/run_dapo_seq_qwen2.5_32b.sh": "Qwen2.5-32B-DAPO_SEQ",
+    "recipes/dapo/run_dapo_high_entropy_qwen2.5_32b.sh": "Qwen2.5-32B-DAPO_HIGH_ENTROPY",
+    "recipes/dapo/run_dapo_entropy_adv_qwen2.5_32b.sh": "Qwen2.5-32B-DAPO_ENTROPY_ADV",
 }
 PAPER_A = {  # script: (experiment name, its comparison partner)
     "recipes/gtpo_traj/run_gtpo_traj_qwen2.5_3b_gsm8k.sh": ("GTPO_QWEN3B_GSM8K", "run_grpo_qwen2.5_3b_gsm8k.sh"),
@@ -345,7 +347,8 @@ def test_dry_run_prints_what_would_run(script, stubs, tmp_path, launched):
 
 def test_dapo_runs_share_every_setting_outside_the_algorithm_block(launched):
     algorithm_block = re.compile(
-        r"^(algorithm\.adv_estimator|algorithm\.(gtpo_token|grpo_s|gtpo_traj)\..*|actor_rollout_ref\.actor\.policy_loss\..*"
+        r"^(algorithm\.adv_estimator|algorithm\.adv_transforms|algorithm\.(gtpo_token|grpo_s|gtpo_traj)\..*"
+        r"|actor_rollout_ref\.actor\.policy_loss\..*"
         r"|actor_rollout_ref\.actor\.loss_agg_mode|trainer\.experiment_name|trainer\.default_local_dir)$"
     )
     runs = {DAPO[s]: as_dict(launched[s][1]) for s in DAPO}
@@ -359,12 +362,22 @@ def test_dapo_runs_share_every_setting_outside_the_algorithm_block(launched):
     assert block["Qwen2.5-32B-DAPO_TOKEN"]["algorithm.adv_estimator"] == "gtpo_token"
     assert block["Qwen2.5-32B-DAPO_SEQ"]["algorithm.adv_estimator"] == "grpo_s"
     assert block["Qwen2.5-32B-DAPO_SEQ"]["actor_rollout_ref.actor.policy_loss.loss_mode"] == "grpo_s"
+    # the two entropy baselines: DAPO's estimator plus one transform at the papers' defaults
+    assert block["Qwen2.5-32B-DAPO_HIGH_ENTROPY"]["algorithm.adv_estimator"] == "grpo"
+    assert block["Qwen2.5-32B-DAPO_HIGH_ENTROPY"]["algorithm.adv_transforms"] == (
+        "[{name:high_entropy_tokens,rho:0.2,normalize_over:valid}]"
+    )
+    assert block["Qwen2.5-32B-DAPO_ENTROPY_ADV"]["algorithm.adv_estimator"] == "grpo"
+    assert block["Qwen2.5-32B-DAPO_ENTROPY_ADV"]["algorithm.adv_transforms"] == "[{name:entropy_advantage,alpha:0.4,kappa:2.0}]"
+    assert not any("algorithm.adv_transforms" in b for n, b in block.items() if n.endswith(("step1", "TOKEN", "SEQ")))
     # the loss aggregation is the only non-algorithm key an algorithm block changes: GRPO-S's (1/G)Σ_i
     agg = {name: b["actor_rollout_ref.actor.loss_agg_mode"] for name, b in block.items()}
     assert agg == {
         "Qwen2.5-32B-DAPO_step1": "token-mean",
         "Qwen2.5-32B-DAPO_TOKEN": "token-mean",
         "Qwen2.5-32B-DAPO_SEQ": "seq-mean-token-mean",
+        "Qwen2.5-32B-DAPO_HIGH_ENTROPY": "token-mean",
+        "Qwen2.5-32B-DAPO_ENTROPY_ADV": "token-mean",
     }
     for name, b in block.items():
         assert b["trainer.experiment_name"] == name and b["trainer.default_local_dir"].endswith(f"/DAPO/{name}")

@@ -10,7 +10,13 @@ Every candidate is looked up in verl's registries (``core_algos.get_adv_estimato
 - verl's ``grpo`` (the reference of every ratio) and ``grpo_vectorized``;
 - ours: ``gtpo_token`` (default and ``negative_shaping``), ``grpo_s``, ``gtpo_traj`` (preset
   ``official`` and preset ``paper`` with ``initial_entropy=0.5``), with ``entropys`` and ``responses``;
+- verl's ``grpo`` followed by each advantage transform (``high_entropy_tokens`` ρ = 0.2,
+  ``entropy_advantage`` α = 0.4, κ = 2), timed as one call: ratio − 1 is the transform's own cost
+  in units of verl ``grpo``;
 - the ``grpo_s`` policy loss forward+backward against verl's ``vanilla`` loss.
+
+``python -m benchmarks.bench_estimators.quantile_check`` checks the batch entropy quantile of
+``high_entropy_tokens`` against ``numpy.quantile`` on a batch above ``torch.quantile``'s 2^24 limit.
 
 Measurements (each a separate pass, so the timing runs stay clean):
 

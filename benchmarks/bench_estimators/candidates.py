@@ -25,6 +25,8 @@ class Candidate:
     ours: bool = False
     reference: str = "grpo (verl)"  # the candidate whose median this one's ratio divides by
     floor_traversals: int = 3  # full (B, T) reads + writes an ideal implementation needs
+    # algorithm.adv_transforms entries applied after the estimator (its ratio then prices estimator + transforms)
+    transforms: tuple = ()
 
 
 GRPO = "grpo (verl)"
@@ -58,6 +60,25 @@ CANDIDATES: list[Candidate] = [
         {**_BASE_CFG, "gtpo_traj": {"preset": "paper", "initial_entropy": 0.5}},
         True,
         floor_traversals=5,
+    ),
+    # verl's grpo followed by one transform, timed together: ratio − 1 is the transform's cost in units of
+    # grpo; floor = grpo's 3 + the transform's read of A, H, mask and write of A'. Not `ours` (no
+    # estimator targets: grpo + anything is > 1x grpo by construction)
+    Candidate(
+        "grpo (verl) + high_entropy_tokens",
+        "estimator",
+        "grpo",
+        dict(_BASE_CFG),
+        floor_traversals=7,
+        transforms=({"name": "high_entropy_tokens", "rho": 0.2},),
+    ),
+    Candidate(
+        "grpo (verl) + entropy_advantage",
+        "estimator",
+        "grpo",
+        dict(_BASE_CFG),
+        floor_traversals=7,
+        transforms=({"name": "entropy_advantage", "alpha": 0.4, "kappa": 2.0},),
     ),
     # loss: reads old_log_prob, log_prob, advantages, mask; writes log_prob.grad
     Candidate(VANILLA, "loss", "vanilla", reference=VANILLA, floor_traversals=5),
@@ -118,6 +139,18 @@ def make_runner(cand: Candidate, batch: Batch) -> Callable[[], torch.Tensor]:
         )
         if cand.ours:
             kwargs.update(entropys=batch.entropys, responses=batch.responses)
+        if cand.transforms:
+            from gtpo_verl.integration.extensions import apply_adv_transforms, parse_adv_transforms
+
+            transforms = parse_adv_transforms([dict(t) for t in cand.transforms])
+            inputs = {"entropys": batch.entropys}
+
+            def run_estimator_and_transforms() -> torch.Tensor:
+                advantages, _returns = fn(**kwargs)
+                advantages, _mask = apply_adv_transforms(transforms, advantages, batch.response_mask, inputs)
+                return advantages
+
+            return run_estimator_and_transforms
 
         def run_estimator() -> torch.Tensor:
             advantages, _returns = fn(**kwargs)

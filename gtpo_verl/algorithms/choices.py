@@ -27,3 +27,7 @@ ENTROPY_REG_MODES = ("advantage_offset", "differentiable")
 # where δ applies; the config's "none" turns the filter off (the pure function then gets no threshold)
 ENTROPY_FILTER_SCOPES = ("all", "neg_only", "none")
 FILTER_SCOPES = ("all", "neg_only")  # what gtpo_traj_advantage itself accepts
+
+# ---- advantage transforms: algorithm.adv_transforms
+# high_entropy_tokens' token-mean denominator: every valid token (the paper's objective) | kept tokens (its code)
+HIGH_ENTROPY_NORMALIZATIONS = ("valid", "kept")

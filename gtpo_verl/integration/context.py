@@ -1,9 +1,10 @@
 """Side channel for estimator inputs that verl's ``compute_advantage`` does not forward.
 
 verl 0.9.1 calls a registered estimator with rewards, mask, uids and config only. The
-trainer integration binds old-policy ``entropys`` and token ids ``responses`` here for the
-duration of one ``_compute_advantage`` call; the estimators read them when they are not
-passed as keyword arguments. Always bound with ``with``; reset in ``finally``.
+trainer integration binds the inputs the configured estimator declared (``entropys``,
+``responses``, ``old_log_probs``; ``integration/extensions.py``) here for the duration of one
+``_compute_advantage`` call; the registered wrapper reads them when they are not passed as
+keyword arguments. Always bound with ``with``; reset in ``finally``.
 """
 
 from __future__ import annotations

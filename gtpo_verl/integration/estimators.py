@@ -1,10 +1,11 @@
-"""verl adapters for the three advantage estimators.
+"""verl adapters for the three advantage estimators, registered with the public decorator.
 
 Each keeps verl's estimator signature (``token_level_rewards``, ``response_mask``, ``index``,
-``config`` = the ``algorithm`` DictConfig) plus ``entropys`` (old-policy per-token entropy)
-and ``responses`` (token ids), both ``(B, T)`` like ``response_mask``. The trainer
-integration supplies those two, either as keyword arguments or bound through
-``gtpo_verl.integration.context``. Returns ``(advantages, returns)``, zeros outside the mask.
+``config`` = the ``algorithm`` DictConfig) plus the inputs it declares to
+``register_entropy_aware_estimator``: ``entropys`` (old-policy per-token entropy) and, for
+``gtpo_traj``, ``responses`` (token ids), both ``(B, T)`` like ``response_mask``. The trainer
+integration fetches the declared fields; callers may also pass them as keyword arguments.
+Returns ``(advantages, returns)``, zeros outside the mask. Importing this module registers them.
 """
 
 from __future__ import annotations
@@ -20,23 +21,7 @@ from gtpo_verl.algorithms.token_shaping import gtpo_token_advantage
 from gtpo_verl.algorithms.trajectory import gtpo_traj_advantage
 from gtpo_verl.integration.config import GRPOSConfig, GTPOTokenConfig, GTPOTrajConfig
 from gtpo_verl.integration.context import bound_estimator_input, record_estimator_output
-
-_LAUNCH_FIX = (
-    "Launch training with `python -m gtpo_verl.main` (trainer.use_v1=true), which hands old-policy "
-    "entropy and token ids to the estimator; stock `verl.trainer.main_ppo` does not."
-)
-
-
-def _extra_input(name: str, given: Optional[torch.Tensor], estimator: str, like: torch.Tensor) -> torch.Tensor:
-    value = given if given is not None else bound_estimator_input(name)
-    if value is None:
-        raise ValueError(f"advantage estimator {estimator!r} needs `{name}` (shape {tuple(like.shape)}). {_LAUNCH_FIX}")
-    if tuple(value.shape) != tuple(like.shape):
-        raise ValueError(
-            f"advantage estimator {estimator!r}: `{name}` has shape {tuple(value.shape)} but response_mask has "
-            f"{tuple(like.shape)}; they must be aligned row for row (same padded response layout)."
-        )
-    return value
+from gtpo_verl.integration.extensions import register_entropy_aware_estimator, resolve_input
 
 
 def _groups(index: Any, estimator: str, batch: int) -> tuple[torch.Tensor, int]:
@@ -55,6 +40,7 @@ def _finish(name: str, result: Any, token_level_rewards: torch.Tensor) -> tuple[
     return advantages, advantages
 
 
+@register_entropy_aware_estimator("gtpo_token", inputs=("entropys",))
 def compute_gtpo_token_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -66,7 +52,6 @@ def compute_gtpo_token_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GTPO (Paper B, token level), arXiv:2508.04349 Eq. (S18)-(S30); knobs in ``algorithm.gtpo_token``."""
     cfg = GTPOTokenConfig.from_algorithm_config(config)
-    entropys = _extra_input("entropys", entropys, "gtpo_token", response_mask)
     group_ids, num_groups = _groups(index, "gtpo_token", response_mask.shape[0])
     with torch.no_grad():
         result = gtpo_token_advantage(
@@ -81,6 +66,7 @@ def compute_gtpo_token_advantage(
     return _finish("gtpo_token", result, token_level_rewards)
 
 
+@register_entropy_aware_estimator("grpo_s", inputs=("entropys",))
 def compute_grpo_s_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -95,7 +81,6 @@ def compute_grpo_s_advantage(
     Pair with ``actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s`` for the sequence ratio (S33-S34).
     """
     cfg = GRPOSConfig.from_algorithm_config(config)
-    entropys = _extra_input("entropys", entropys, "grpo_s", response_mask)
     group_ids, num_groups = _groups(index, "grpo_s", response_mask.shape[0])
     with torch.no_grad():
         result = grpo_s_advantage(
@@ -104,6 +89,7 @@ def compute_grpo_s_advantage(
     return _finish("grpo_s", result, token_level_rewards)
 
 
+@register_entropy_aware_estimator("gtpo_traj", inputs=("responses",), optional=("entropys",))
 def compute_gtpo_traj_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -120,8 +106,7 @@ def compute_gtpo_traj_advantage(
     integration measures it on the first batch and keeps it in its checkpointed state.
     """
     cfg = GTPOTrajConfig.from_algorithm_config(config)
-    responses = _extra_input("responses", responses, "gtpo_traj", response_mask)
-    entropys = _extra_input("entropys", entropys, "gtpo_traj", response_mask) if cfg.needs_entropy else None
+    entropys = resolve_input("entropys", entropys, "advantage estimator 'gtpo_traj'", response_mask) if cfg.needs_entropy else None
     group_ids, num_groups = _groups(index, "gtpo_traj", response_mask.shape[0])
     if initial_entropy is None:
         initial_entropy = bound_estimator_input("initial_entropy")
@@ -144,11 +129,3 @@ ESTIMATORS = {
     "grpo_s": compute_grpo_s_advantage,
     "gtpo_traj": compute_gtpo_traj_advantage,
 }
-
-
-def register_estimators() -> None:
-    """Add the estimators to verl's ``ADV_ESTIMATOR_REGISTRY`` (idempotent)."""
-    from verl.trainer.ppo.core_algos import register_adv_est
-
-    for name, fn in ESTIMATORS.items():
-        register_adv_est(name)(fn)

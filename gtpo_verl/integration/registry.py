@@ -8,7 +8,12 @@ code fail loudly with the fix.
 
 Registered names (short, and distinct for the two papers called "GTPO"):
 - estimators ``gtpo_token`` (Paper B, token), ``grpo_s`` (Paper B, sequence), ``gtpo_traj`` (Paper A);
-- policy loss ``grpo_s`` (Paper B, sequence-ratio surrogate).
+- policy loss ``grpo_s`` (Paper B, sequence-ratio surrogate);
+- advantage transforms ``high_entropy_tokens`` (arXiv:2506.01939) and ``entropy_advantage``
+  (arXiv:2506.14758), for ``algorithm.adv_transforms``.
+
+The estimators register through ``gtpo_verl.register_entropy_aware_estimator``, the public
+decorator a user's own package uses from its own ``verl.plugins`` entry point.
 """
 
 from __future__ import annotations
@@ -18,14 +23,15 @@ import os
 
 logger = logging.getLogger(__name__)
 
-ESTIMATOR_NAMES = ("gtpo_token", "grpo_s", "gtpo_traj")
+ESTIMATOR_NAMES = ("gtpo_token", "grpo_s", "gtpo_traj")  # what check_registered expects (not who gets fields)
 POLICY_LOSS_NAMES = ("grpo_s",)
+TRANSFORM_NAMES = ("high_entropy_tokens", "entropy_advantage")
 
 try:
-    from gtpo_verl.integration.estimators import register_estimators
+    import gtpo_verl.integration.estimators  # noqa: F401  (the decorator registers them)
+    import gtpo_verl.integration.transforms  # noqa: F401
     from gtpo_verl.integration.losses import register_losses
 
-    register_estimators()
     register_losses()
 except Exception:  # verl would hide this at DEBUG level
     logger.error("gtpo_verl: registering estimators/losses with verl failed", exc_info=True)
@@ -48,6 +54,9 @@ def check_registered() -> None:
 
     missing = [f"estimator {n!r}" for n in ESTIMATOR_NAMES if n not in core_algos.ADV_ESTIMATOR_REGISTRY]
     missing += [f"policy loss {n!r}" for n in POLICY_LOSS_NAMES if n not in core_algos.POLICY_LOSS_REGISTRY]
+    from gtpo_verl.integration.extensions import registered_transforms
+
+    missing += [f"advantage transform {n!r}" for n in TRANSFORM_NAMES if n not in registered_transforms()]
     if missing:
         raise RuntimeError(
             f"gtpo_verl is not registered with verl in this process (missing {', '.join(missing)}). "

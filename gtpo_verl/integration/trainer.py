@@ -1,17 +1,19 @@
-"""V1-trainer integration: hands old-policy entropy and token ids to our estimators.
+"""V1-trainer integration: hands per-token TransferQueue fields to entropy-aware estimators.
 
 verl 0.9.1's V1 trainer already computes per-token entropy in the old-log-prob pass and
 keeps it in TransferQueue as ``entropy`` (trainer_base.py ``_compute_old_log_prob``), next
-to the rollout's ``responses``; its ``_compute_advantage`` just never fetches them. The
-mixin below fetches both for our estimators, binds them for the duration of verl's own
-``_compute_advantage`` (no copy of verl's logic, no extra model pass), then logs ``gtpo/*``
-diagnostics and keeps the algorithm state (⟨H⟩_ini, the entropy watch) in checkpoints.
+to ``old_log_probs`` and the rollout's ``responses``; its ``_compute_advantage`` just never
+fetches them. The mixin below fetches the fields the configured estimator and transforms
+declared (``integration/extensions.py``) in one read, binds them for the duration of verl's
+own ``_compute_advantage`` (no copy of verl's logic, no extra model pass), applies
+``algorithm.adv_transforms`` to the advantages verl wrote and writes them back, then logs
+``gtpo/*`` diagnostics and keeps the algorithm state (⟨H⟩_ini, the entropy watch) in checkpoints.
 Validation adds unbiased pass@k and maj@n next to verl's bootstrap best@N (``_val_metrics_update``).
 
 verl internals relied on (check them on a verl upgrade): ``PPOTrainer._compute_advantage``,
 ``_save_checkpoint``, ``_load_checkpoint``, ``on_init_end`` and ``_val_metrics_update``; ``TRAINER_REGISTRY`` /
-``get_trainer_cls``; ``TaskRunnerV1.run``; TQ field names ``entropy``, ``responses``,
-``response_mask`` and ``KVBatchMeta.tags[i]["is_padding"]``.
+``get_trainer_cls``; ``TaskRunnerV1.run``; ``verl.workers.utils.padding.response_to_nested``; TQ field
+names ``entropy``, ``responses``, ``old_log_probs``, ``advantages``, ``returns``, ``response_mask`` and ``KVBatchMeta.tags[i]["is_padding"]``.
 """
 
 from __future__ import annotations
@@ -26,20 +28,24 @@ from typing import Any, Iterator, Optional
 import torch
 
 from gtpo_verl.audit import dump_audit_step, validate_audit_config
-from gtpo_verl.integration.config import GTPOSettings, GTPOTrajConfig
+from gtpo_verl.integration.config import GTPOSettings, GTPOTrajConfig, select
 from gtpo_verl.integration.context import bind_estimator_inputs
 from gtpo_verl.integration.diagnostics import PREFIX, EntropyWatch, estimator_metrics, masked_token_mean
-from gtpo_verl.integration.registry import ESTIMATOR_NAMES, check_registered
+from gtpo_verl.integration.extensions import (
+    CALLED,
+    INPUT_FIELDS,
+    advantage_input_fields,
+    apply_adv_transforms,
+    estimator_inputs,
+    parse_adv_transforms,
+)
+from gtpo_verl.integration.registry import check_registered
 from gtpo_verl.integration.validation_metrics import gtpo_validation_metrics
 from gtpo_verl.integration.watchdog import install_generation_watchdog
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "gtpo_state.json"
-# TransferQueue fields our estimators read on top of verl's own; both exist before _compute_advantage
-# (entropy from the old-log-prob pass, responses from the rollout). Only gtpo_traj reads token ids;
-# every estimator (and the diagnostics' entropy watch) reads entropy.
-ESTIMATOR_FIELDS = {"gtpo_token": ("entropy",), "grpo_s": ("entropy",), "gtpo_traj": ("entropy", "responses")}
 
 
 @dataclass
@@ -65,15 +71,6 @@ class GTPOAlgorithmState:
             return None
         with open(path) as f:
             return cls(**json.load(f))
-
-
-def _fit_width(tensor: torch.Tensor, width: int) -> torch.Tensor:
-    """Crop or zero-pad the last dim to ``width`` (TQ fields may be padded to different widths)."""
-    if tensor.shape[-1] == width:
-        return tensor
-    if tensor.shape[-1] > width:
-        return tensor[..., :width]
-    return torch.nn.functional.pad(tensor, (0, width - tensor.shape[-1]))
 
 
 def _padded(value: torch.Tensor) -> torch.Tensor:
@@ -122,43 +119,78 @@ class GTPOTrainerMixin:
     def _compute_advantage(self, batch, metrics: dict):
         estimator = str(self.config.algorithm.adv_estimator)
         diagnostics = GTPOSettings.from_config(self.config).diagnostics
-        if estimator not in ESTIMATOR_NAMES:
+        transforms = parse_adv_transforms(select(self.config, "algorithm.adv_transforms"))
+        # exactly the fields the estimator and the transforms declared (+ entropy for the watch): one TQ read
+        inputs = advantage_input_fields(estimator, transforms)
+        fields = [INPUT_FIELDS[name] for name in inputs]
+        if diagnostics and "entropy" not in fields:
+            fields.append("entropy")
+        if not fields:
             batch = super()._compute_advantage(batch, metrics)
-            if diagnostics:  # baselines get the entropy watch too, so runs compare on one definition
-                self._gtpo_watch_entropy(batch, metrics)
-            return batch
+            return self._gtpo_transform_advantages(batch, transforms, {}, metrics, diagnostics)
         import transfer_queue as tq
 
-        fields = ESTIMATOR_FIELDS[estimator]
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=list(fields))
-        # `entropy` is response-only and nested like verl's response_mask: same rows, same lengths,
-        # so padding it gives the (B, T) layout verl's _compute_advantage builds for response_mask
-        nested_entropy = data["entropy"]
-        entropy = _padded(nested_entropy).to(torch.float32)
-        mask = _mask_like(nested_entropy, entropy)
-        responses = _fit_width(_padded(data["responses"]), entropy.shape[-1]) if "responses" in fields else None
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        # response-only fields are nested like verl's response_mask (same rows, same lengths): padded,
+        # they take the (B, T) layout verl's _compute_advantage builds; the estimator wrapper aligns widths
+        padded = {field: _padded(data[field]) for field in fields}
+        bound = {name: padded[INPUT_FIELDS[name]] for name in inputs}
+        if "entropys" in bound:
+            bound["entropys"] = bound["entropys"].to(torch.float32)
+        entropy = padded["entropy"].to(torch.float32) if "entropy" in padded else None
+        reference = next(f for f in ("entropy", "old_log_probs", *fields) if f in padded)  # response-only first
+        mask = _mask_like(data[reference], padded[reference])
         real_rows = _real_rows(batch)
-        metrics[PREFIX + "batch/padding_rows"] = float((~real_rows).sum())  # verl's dp-divisibility rows
-
+        declared = estimator_inputs(estimator) is not None
+        if declared:
+            metrics[PREFIX + "batch/padding_rows"] = float((~real_rows).sum())  # verl's dp-divisibility rows
         initial_entropy = self._gtpo_initial_entropy(estimator, entropy, mask, real_rows)
-        with bind_estimator_inputs(
-            entropys=entropy, responses=responses, initial_entropy=initial_entropy, diagnostics=diagnostics
-        ) as outputs:
+        with bind_estimator_inputs(initial_entropy=initial_entropy, diagnostics=diagnostics, **bound) as outputs:
             batch = super()._compute_advantage(batch, metrics)
-        result = outputs.get(estimator)
-        if result is None:
+        if declared and outputs.get(CALLED) != estimator:
             raise RuntimeError(
                 f"verl did not call the {estimator!r} estimator through its registry; is another plugin "
                 "overriding algorithm.adv_estimator handling?"
             )
-        dump_audit_step(self, batch, estimator, entropy, responses, initial_entropy)  # opt-in: gtpo.audit
+        result = outputs.get(estimator)  # the detailed result of gtpo_verl's own estimators
+        if result is not None:
+            responses = bound.get("responses")
+            dump_audit_step(self, batch, estimator, entropy, responses, initial_entropy)  # opt-in: gtpo.audit
         if diagnostics:
-            group_ids, num_groups = outputs["groups"]
-            metrics.update(estimator_metrics(estimator, result, mask, real_rows, group_ids, num_groups))
-            self._gtpo_update_watch(entropy, mask, real_rows, metrics)
+            if result is not None:
+                group_ids, num_groups = outputs["groups"]
+                metrics.update(estimator_metrics(estimator, result, mask, real_rows, group_ids, num_groups))
+            self._gtpo_update_watch(entropy, mask, real_rows, metrics)  # baselines too: one definition for all runs
             if self.gtpo_state.initial_entropy is not None:
                 metrics[PREFIX + "entropy/initial"] = float(self.gtpo_state.initial_entropy)
-        return batch
+        return self._gtpo_transform_advantages(batch, transforms, bound, metrics, diagnostics)
+
+    def _gtpo_transform_advantages(self, batch, transforms, inputs: dict, metrics: dict, diagnostics: bool):
+        """Apply ``algorithm.adv_transforms`` to the advantages verl wrote, and write them back the same way."""
+        if not transforms:
+            return batch
+        import transfer_queue as tq
+        from tensordict import TensorDict
+        from verl.workers.utils.padding import response_to_nested
+
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages", "returns", "response_mask"]
+        )
+        nested_mask = data["response_mask"]
+        response_mask = _padded(nested_mask)
+        advantages, returns = _padded(data["advantages"]), _padded(data["returns"])
+        returns_are_advantages = torch.equal(advantages, returns)  # GRPO family; GAE's returns are value targets
+        new_advantages, new_mask = apply_adv_transforms(
+            transforms, advantages, response_mask, inputs, metrics if diagnostics else None
+        )
+        output = {"advantages": response_to_nested(new_advantages, nested_mask)}
+        if returns_are_advantages:
+            output["returns"] = output["advantages"]
+        if not torch.equal(new_mask, response_mask):  # high_entropy_tokens normalize_over=kept
+            output["response_mask"] = response_to_nested(new_mask, nested_mask)
+        return tq.kv_batch_put(
+            keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch))
+        )
 
     def _gtpo_update_watch(self, entropy, mask, real_rows, metrics: dict) -> None:
         """Token-mean old-policy entropy of the real rows → the entropy watch's metrics."""
@@ -173,16 +205,6 @@ class GTPOTrainerMixin:
                 self.gtpo_entropy_watch.ratio,
             )
         metrics.update(watch_metrics)
-
-    def _gtpo_watch_entropy(self, batch, metrics: dict) -> None:
-        """The entropy watch for estimators that are not ours (one TQ read of ``entropy``)."""
-        import transfer_queue as tq
-
-        nested = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["entropy"])["entropy"]
-        entropy = _padded(nested).to(torch.float32)
-        mask = _mask_like(nested, entropy)
-        real_rows = _real_rows(batch)
-        self._gtpo_update_watch(entropy, mask, real_rows, metrics)
 
     def _gtpo_initial_entropy(self, estimator, entropy, mask, real_rows) -> Optional[float]:
         """⟨H⟩_ini for Paper A's gate: measured once, on the first batch, before any update."""

@@ -54,12 +54,28 @@ def validate_gtpo_config(config: Any) -> list[str]:
     for block_cls in CONFIG_BLOCKS:  # every block must parse, used or not
         block_cls.from_config(config)
 
-    if ours and bool(select(config, "algorithm.rollout_correction.bypass_mode", False)):
+    transforms = validate_adv_transforms(config)
+    needs_entropy = [f"algorithm.adv_estimator={estimator}"] if ours else []
+    needs_entropy += [
+        f"algorithm.adv_transforms[{t.index}].name={t.name}" for t in transforms if "entropys" in t.transform.inputs
+    ]
+    declared = _declared_estimator_inputs(estimator)
+    if not ours and declared and ("entropys" in declared or "old_log_probs" in declared):
+        needs_entropy.insert(0, f"algorithm.adv_estimator={estimator}")
+    if needs_entropy and bool(select(config, "algorithm.rollout_correction.bypass_mode", False)):
         raise ValueError(
-            f"`algorithm.adv_estimator={estimator}` needs old-policy entropy, which verl does not compute when "
+            f"`{needs_entropy[0]}` needs old-policy entropy / log-probs, which verl does not compute when "
             "`algorithm.rollout_correction.bypass_mode=true` (the old-log-prob pass is skipped). "
             "Set algorithm.rollout_correction.bypass_mode=false."
         )
+    for t in transforms:
+        agg = str(select(config, "actor_rollout_ref.actor.loss_agg_mode", "token-mean"))
+        if t.name == "high_entropy_tokens" and agg != "token-mean":
+            warn(
+                f"`algorithm.adv_transforms[{t.index}].name=high_entropy_tokens` with "
+                f"`actor_rollout_ref.actor.loss_agg_mode={agg}`: the paper's objective (and its code) is a token "
+                "mean over the batch (docs/spec.md C.1); set actor_rollout_ref.actor.loss_agg_mode=token-mean."
+            )
     if estimator == "grpo_s" and loss_mode != "grpo_s":
         warn(
             f"`algorithm.adv_estimator=grpo_s` with `actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}`: "
@@ -113,6 +129,25 @@ def validate_gtpo_config(config: Any) -> list[str]:
                 f"the paper's form is loss_agg_mode={RECOMMENDED_LOSS_AGG[key]}."
             )
     return given
+
+
+def validate_adv_transforms(config: Any) -> list:
+    """Parse ``algorithm.adv_transforms`` against the registered transforms (one clear error per problem)."""
+    entries = select(config, "algorithm.adv_transforms")
+    if entries is None or len(entries) == 0:
+        return []
+    import verl  # noqa: F401  (loads every verl.plugins entry point: users' transforms register there)
+
+    import gtpo_verl.integration.registry  # noqa: F401  (the built-in transforms)
+    from gtpo_verl.integration.extensions import parse_adv_transforms
+
+    return parse_adv_transforms(entries)
+
+
+def _declared_estimator_inputs(estimator: str):
+    from gtpo_verl.integration.extensions import estimator_inputs
+
+    return estimator_inputs(estimator)
 
 
 def _configure_differentiable_entropy(config: Any, traj: GTPOTrajConfig) -> None:

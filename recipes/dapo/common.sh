@@ -1,6 +1,7 @@
 # shellcheck shell=bash source-path=SCRIPTDIR
-# DAPO settings shared by Paper B's three runs (docs/reproduce.md); sourced by run_dapo_*.sh after
-# they set their algorithm block (EXP_NAME, ALGORITHM_ARGS, LOSS_AGG_MODE). Not meant to run alone.
+# DAPO settings shared by every DAPO run (Paper B's three, docs/reproduce.md; the two entropy baselines,
+# docs/algorithms.md); sourced by run_dapo_*.sh after they set their algorithm block (EXP_NAME,
+# ALGORITHM_ARGS, LOSS_AGG_MODE). Not meant to run alone.
 #
 # Port of verl-recipe dapo/run_dapo_qwen2.5_32b.sh (the DAPO 32B script, AIME24 52% on verl 4f80e465)
 # to verl 0.9.1 and `python3 -m gtpo_verl.main`. Changes, none of which alters the algorithm:
@@ -22,7 +23,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../launch.sh
 source "${HERE}/../launch.sh"
 
-# ---- DAPO (identical in the three runs; every value can be overridden from the environment) ----
+# ---- DAPO (identical in every run; every value can be overridden from the environment) ----
 clip_ratio_low=${CLIP_RATIO_LOW:-0.2}              # ε_low
 clip_ratio_high=${CLIP_RATIO_HIGH:-0.28}           # ε_high (clip-higher)
 clip_ratio_c=${CLIP_RATIO_C:-10.0}                 # dual-clip c (the grpo_s loss has no dual clip)

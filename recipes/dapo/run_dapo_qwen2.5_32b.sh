@@ -15,7 +15,7 @@
 # Print the resolved command, launch nothing:      DRY_RUN=1 bash recipes/dapo/run_dapo_qwen2.5_32b.sh
 # Extra Hydra overrides go last:                   bash recipes/dapo/run_dapo_qwen2.5_32b.sh trainer.log_val_generations=10
 #
-# The three DAPO scripts differ only in their algorithm block; all else is recipes/dapo/common.sh.
+# The DAPO scripts differ only in their algorithm block; all else is recipes/dapo/common.sh.
 set -euo pipefail
 [[ "${DRY_RUN:-0}" != 0 ]] || set -x
 

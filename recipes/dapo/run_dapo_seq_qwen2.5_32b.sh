@@ -15,7 +15,7 @@
 #   RECIPE=recipes/dapo/run_dapo_seq_qwen2.5_32b.sh sbatch --nodes=16 recipes/slurm/ray_on_slurm.sbatch
 # Print the resolved command, launch nothing:      DRY_RUN=1 bash recipes/dapo/run_dapo_seq_qwen2.5_32b.sh
 #
-# The three DAPO scripts differ only in their algorithm block; all else is recipes/dapo/common.sh.
+# The DAPO scripts differ only in their algorithm block; all else is recipes/dapo/common.sh.
 set -euo pipefail
 [[ "${DRY_RUN:-0}" != 0 ]] || set -x
 
