@@ -19,13 +19,20 @@ PREFIX = "gtpo/"
 
 
 def _row_token_stats(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Per-row (Σ v, Σ v², min v, max v) over valid tokens ``(B,)`` float64: masked reductions, no copies."""
+    """Per-row (Σ v, Σ v², min v, max v) over valid tokens ``(B,)`` float64: masked reductions, no copies.
+
+    One (B, T) scratch buffer serves the three masked views in turn (a fresh (B, T) tensor costs
+    page faults on the CPU).
+    """
     values = values.to(mask.dtype)
     row_sum = row_dot(values, mask).to(torch.float64)
-    row_sq = row_dot(values * mask, values).to(torch.float64)
+    scratch = torch.mul(values, mask)
+    row_sq = row_dot(scratch, values).to(torch.float64)
     if values.shape[-1]:
-        row_min = torch.where(mask > 0, values, float("inf")).amin(-1).to(torch.float64)
-        row_max = torch.where(mask > 0, values, float("-inf")).amax(-1).to(torch.float64)
+        valid = mask > 0
+        inf = torch.tensor(float("inf"), dtype=values.dtype, device=values.device)
+        row_min = torch.where(valid, values, inf, out=scratch).amin(-1).to(torch.float64)
+        row_max = torch.where(valid, values, -inf, out=scratch).amax(-1).to(torch.float64)
     else:
         row_min = torch.full_like(row_sum, float("inf"))
         row_max = torch.full_like(row_sum, float("-inf"))
@@ -65,7 +72,8 @@ def estimator_metrics(
 ) -> dict[str, float]:
     """Return the per-step ``gtpo/*`` metrics of estimator ``name``."""
     mask = response_mask.to(torch.float32)
-    real = real_rows.to(mask.device) & (mask.sum(-1) > 0)
+    counts = mask.sum(-1).to(torch.float64)
+    real = real_rows.to(mask.device) & (counts > 0)
     if name == "gtpo_traj":
         success = result.raw_advantage > 0
         failure = result.raw_advantage < 0
@@ -74,7 +82,6 @@ def estimator_metrics(
         failure = ~result.success
     success, failure = success & real, failure & real
     metrics = {}
-    counts = mask.sum(-1).to(torch.float64)
     row_stats = _row_token_stats(result.advantages, mask)  # one set of masked reductions for both classes
     metrics.update(_token_stats(row_stats, counts, success, "adv/success"))
     metrics.update(_token_stats(row_stats, counts, failure, "adv/failure"))
@@ -101,7 +108,7 @@ def estimator_metrics(
             metrics["bonus_share/std"] = float(picked.std(unbiased=False))
             metrics["bonus_share/max"] = float(picked.max())
     if name == "gtpo_traj":
-        lengths = mask.sum(-1)
+        lengths = counts.to(torch.float32)
         run_tokens = torch.minimum(lengths, (result.forward_run + result.backward_run).to(lengths.dtype))
         pos_tokens, neg_tokens = float(lengths[success].sum()), float(lengths[failure].sum())
         boosted, zeroed = float(run_tokens[success].sum()), float(run_tokens[failure].sum())

@@ -30,6 +30,7 @@ import torch
 from gtpo_verl.audit import dump_audit_step, validate_audit_config
 from gtpo_verl.integration.config import GTPOSettings, GTPOTrajConfig, select
 from gtpo_verl.integration.context import bind_estimator_inputs
+from gtpo_verl.algorithms.groups import row_dot
 from gtpo_verl.integration.diagnostics import PREFIX, EntropyWatch, estimator_metrics, masked_token_mean
 from gtpo_verl.integration.extensions import (
     CALLED,
@@ -83,11 +84,15 @@ def _real_rows(batch) -> torch.Tensor:
 
 
 def _mask_like(nested: torch.Tensor, padded: torch.Tensor) -> torch.Tensor:
-    """The right-padded response mask of a nested response-only field (from its lengths)."""
+    """The right-padded response mask of a nested response-only field (from its lengths), float32.
+
+    float32 because every consumer (diagnostics, entropy watch, ⟨H⟩_ini) multiplies by it: one
+    conversion here instead of one per consumer (an int64 (B, T) mask costs 8 bytes a position).
+    """
     if not getattr(nested, "is_nested", False):
-        return torch.ones_like(padded, dtype=torch.int64)
+        return torch.ones(padded.shape, dtype=torch.float32)
     lengths = nested.offsets().diff()
-    return (torch.arange(padded.shape[-1]).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.int64)
+    return (torch.arange(padded.shape[-1]).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float32)
 
 
 class GTPOTrainerMixin:
@@ -216,7 +221,7 @@ class GTPOTrainerMixin:
         if self.gtpo_state.initial_entropy is None:
             counts = mask.to(torch.float32).sum(-1)
             rows = real_rows & (counts > 0)
-            per_response = (entropy * mask).sum(-1)[rows] / counts[rows]
+            per_response = row_dot(entropy, mask.to(entropy.dtype))[rows] / counts[rows]
             self.gtpo_state.initial_entropy = float(per_response.mean()) if per_response.numel() else 0.0
             logger.info("gtpo_traj: measured ⟨H⟩_ini = %.4f on the first batch", self.gtpo_state.initial_entropy)
         return self.gtpo_state.initial_entropy
