@@ -3,10 +3,11 @@ and token-id fetch from TransferQueue, against verl's own `grpo` on the same bat
 
     python -m benchmarks.bench_advantage_step [--prompts 64 --group 16 --length 1024 --repeats 5 --threads 1]
 
-Runs `PPOTrainer._compute_advantage` (the real method, through `GTPOTrainerMixin`) against
-a real local TransferQueue (Ray + SimpleStorage). Prints median wall time per estimator,
-the ratio to `grpo` and the added cost (ours − grpo), interleaving the candidates round-robin
-with the order rotated every round. Starts Ray: on a shared machine run it under the lock
+Runs `PPOTrainer._compute_advantage` (the real method: verl's own trainer class for the
+baseline, the class with `GTPOTrainerMixin` for the others) against a real local
+TransferQueue (Ray + SimpleStorage). Prints median wall time per candidate, the ratio to
+verl's own `grpo` step and the added cost, interleaving the candidates round-robin with the
+order rotated every round. "grpo + mixin" is the baseline with our mixin (its entropy watch). Starts Ray: on a shared machine run it under the lock
 other Ray users take (e.g. `flock /tmp/gtpo_ray.lock python -m benchmarks.bench_advantage_step`).
 """
 
@@ -87,11 +88,18 @@ def main() -> None:
     keys = [f"u{i // args.group}_{i}_0" for i in range(rows)]
     meta = tq.kv_batch_put(keys=keys, partition_id="train", fields=fields, tags=[{} for _ in keys])
 
+    # the baseline is verl's own trainer class (no mixin); "grpo + mixin" adds only our entropy watch
     trainers = {}
-    for estimator in ("grpo", "gtpo_token", "grpo_s", "gtpo_traj"):
-        trainer = object.__new__(gtpo_trainer_class(PPOTrainerSync))
+    for name, estimator, cls in (
+        ("grpo (verl)", "grpo", PPOTrainerSync),
+        ("grpo + mixin", "grpo", gtpo_trainer_class(PPOTrainerSync)),
+        ("gtpo_token", "gtpo_token", gtpo_trainer_class(PPOTrainerSync)),
+        ("grpo_s", "grpo_s", gtpo_trainer_class(PPOTrainerSync)),
+        ("gtpo_traj", "gtpo_traj", gtpo_trainer_class(PPOTrainerSync)),
+    ):
+        trainer = object.__new__(cls)
         trainer.config = config_for(estimator)
-        trainers[estimator] = trainer
+        trainers[name] = trainer
     times: dict[str, list[float]] = {name: [] for name in trainers}
     names = list(trainers)
     load_before = os.getloadavg()
@@ -102,14 +110,14 @@ def main() -> None:
             trainers[name]._compute_advantage(meta, {})
             if repeat:  # the first round warms up
                 times[name].append(time.perf_counter() - start)
-    base = statistics.median(times["grpo"])
+    base = statistics.median(times["grpo (verl)"])
     print(f"advantage step, {args.prompts}x{args.group}x{args.length} ({rows} responses), median of "
           f"{args.repeats} interleaved rounds, torch threads {torch.get_num_threads()}, load average "
           f"{[round(x, 2) for x in load_before]} -> {[round(x, 2) for x in os.getloadavg()]}")
     print("| estimator | median ms | ratio to verl grpo | added cost vs verl grpo |\n|---|---:|---:|---:|")
     for name, values in times.items():
         median = statistics.median(values)
-        added = "" if name == "grpo" else f"{(median - base) * 1e3:+.1f} ms ({(median - base) / base:+.1%})"
+        added = "" if name == "grpo (verl)" else f"{(median - base) * 1e3:+.1f} ms ({(median - base) / base:+.1%})"
         print(f"| {name} | {median * 1e3:.1f} | {median / base:.2f}x | {added} |")
     tq.close()
     ray.shutdown()
