@@ -100,14 +100,19 @@ def main() -> None:
         trainer = object.__new__(cls)
         trainer.config = config_for(estimator)
         trainers[name] = trainer
-    times: dict[str, list[float]] = {name: [] for name in trainers}
-    names = list(trainers)
+    def read_entropy():  # the floor of our added cost: the TransferQueue read of the one extra field
+        tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["entropy"])
+
+    runners = {name: (lambda t=trainer: t._compute_advantage(meta, {})) for name, trainer in trainers.items()}
+    runners["TQ read of entropy alone"] = read_entropy
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    names = list(runners)
     load_before = os.getloadavg()
     for repeat in range(args.repeats + 1):
         shift = repeat % len(names)  # rotate the order, so no estimator always follows another
         for name in names[shift:] + names[:shift]:
             start = time.perf_counter()
-            trainers[name]._compute_advantage(meta, {})
+            runners[name]()
             if repeat:  # the first round warms up
                 times[name].append(time.perf_counter() - start)
     base = statistics.median(times["grpo (verl)"])
