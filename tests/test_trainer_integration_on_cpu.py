@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 from torch.testing import assert_close
@@ -18,6 +17,7 @@ from torch.testing import assert_close
 from gtpo_verl.integration.estimators import ESTIMATORS
 from support.hydra import compose_gtpo
 from support.transfer_queue import TQ_OVERRIDES, local_transfer_queue
+from support.v1_batch import make_v1_trainer, put_v1_batch
 
 
 def compose_config(*overrides):
@@ -34,65 +34,11 @@ def transfer_queue():
 
 
 def put_batch(tq, seed, prompts=3, group=4, padding_rows=2, prefix="b"):
-    """Write a batch in the layout verl's V1 trainer leaves before _compute_advantage."""
-    from tensordict import NonTensorStack, TensorDict
-    from transfer_queue.metadata import KVBatchMeta  # noqa: F401  (the type returned below)
-
-    g = torch.Generator().manual_seed(seed)
-    rows = prompts * group
-    lengths = torch.randint(1, 7, (rows,), generator=g).tolist() + [1] * padding_rows
-    entropy = [(torch.rand(n, generator=g) * 1.5).tolist() for n in lengths]
-    responses = [torch.randint(0, 3, (n,), generator=g).tolist() for n in lengths]
-    scores = [float(torch.randint(0, 2, (1,), generator=g)) for _ in range(rows)] + [0.0] * padding_rows
-    masks = [[1] * n for n in lengths[:rows]] + [[0] for _ in range(padding_rows)]  # V1 padding rows
-    uids = [f"{prefix}{seed}u{i // group}" for i in range(rows)] + [f"pad{seed}{i}" for i in range(padding_rows)]
-
-    def nested(values, dtype):
-        return torch.nested.as_nested_tensor([torch.tensor(v, dtype=dtype) for v in values], layout=torch.jagged)
-
-    rm_scores = [[0.0] * (n - 1) + [s] for n, s in zip(lengths, scores)]
-    fields = TensorDict(
-        {
-            "response_mask": nested(masks, torch.int64),
-            "rm_scores": nested(rm_scores, torch.float32),
-            "entropy": nested(entropy, torch.float32),
-            "responses": nested(responses, torch.int64),
-            "uid": NonTensorStack(*uids),
-        },
-        batch_size=[len(uids)],
-    )
-    keys = [f"{uid}_{i}_0" for i, uid in enumerate(uids)]  # verl's V1 key format {uid}_{session}_{index}
-    tags = [{"is_padding": i >= rows} for i in range(len(uids))]
-    meta = tq.kv_batch_put(keys=keys, partition_id="train", fields=fields, tags=tags)
-    padded = fields.to_padded_tensor()
-    direct_inputs = dict(
-        token_level_rewards=padded["rm_scores"],
-        response_mask=padded["response_mask"],
-        index=np.array(uids, dtype=object),
-        entropys=padded["entropy"],
-        responses=padded["responses"],
-    )
-    return meta, direct_inputs
+    """A batch in the layout verl's V1 trainer leaves before _compute_advantage (token ids in 0-2)."""
+    return put_v1_batch(tq, seed, prompts, group, padding_rows, prefix, vocab=3, old_log_probs=False)
 
 
-class ForbiddenWorkers:
-    """Any attribute access fails: proves a code path asks the model workers for nothing."""
-
-    def __getattr__(self, name):
-        raise AssertionError(f"model worker call `{name}` from the advantage step (an extra model pass)")
-
-
-def make_trainer(config, **attributes):
-    from verl.trainer.ppo.v1 import PPOTrainerSync
-
-    from gtpo_verl.integration.trainer import gtpo_trainer_class
-
-    trainer = object.__new__(gtpo_trainer_class(PPOTrainerSync))
-    trainer.config = config
-    trainer.actor_rollout_wg = ForbiddenWorkers()
-    for key, value in attributes.items():
-        setattr(trainer, key, value)
-    return trainer
+make_trainer = make_v1_trainer
 
 
 def read_advantages(tq, meta):

@@ -7,11 +7,14 @@ import numpy as np
 import torch
 
 
-def put_v1_batch(tq, seed, prompts=3, group=4, padding_rows=2, prefix="b", partition_id="train"):
+def put_v1_batch(tq, seed, prompts=3, group=4, padding_rows=2, prefix="b", partition_id="train", vocab=5,
+                 old_log_probs=True):
     """Write nested response-only fields (entropy, token ids, old log-probs, scores) and V1 padding rows.
 
-    Returns ``(KVBatchMeta, padded)``: ``padded`` holds the same fields as ``(B, T)`` tensors plus
-    ``index`` (the uids), in verl's estimator keyword names.
+    ``vocab`` bounds the token ids (a small one makes shared prefixes, i.e. conflict runs, likely);
+    ``old_log_probs=False`` leaves that field out. Returns ``(KVBatchMeta, padded)``: ``padded``
+    holds the same fields as ``(B, T)`` tensors plus ``index`` (the uids), in verl's estimator
+    keyword names.
     """
     from tensordict import NonTensorStack, TensorDict
 
@@ -19,8 +22,8 @@ def put_v1_batch(tq, seed, prompts=3, group=4, padding_rows=2, prefix="b", parti
     rows = prompts * group
     lengths = torch.randint(1, 7, (rows,), generator=g).tolist() + [1] * padding_rows
     entropy = [(torch.rand(n, generator=g) * 1.5).tolist() for n in lengths]
-    responses = [torch.randint(0, 5, (n,), generator=g).tolist() for n in lengths]
-    old_log_probs = [(-torch.rand(n, generator=g) * 3).tolist() for n in lengths]
+    responses = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
+    log_probs = [(-torch.rand(n, generator=g) * 3).tolist() for n in lengths] if old_log_probs else None
     scores = [float(torch.randint(0, 2, (1,), generator=g)) for _ in range(rows)] + [0.0] * padding_rows
     masks = [[1] * n for n in lengths[:rows]] + [[0] for _ in range(padding_rows)]  # V1 padding rows
     uids = [f"{prefix}{seed}u{i // group}" for i in range(rows)] + [f"pad{seed}{i}" for i in range(padding_rows)]
@@ -29,29 +32,29 @@ def put_v1_batch(tq, seed, prompts=3, group=4, padding_rows=2, prefix="b", parti
         return torch.nested.as_nested_tensor([torch.tensor(v, dtype=dtype) for v in values], layout=torch.jagged)
 
     rm_scores = [[0.0] * (n - 1) + [s] for n, s in zip(lengths, scores)]
-    fields = TensorDict(
-        {
-            "response_mask": nested(masks, torch.int64),
-            "rm_scores": nested(rm_scores, torch.float32),
-            "entropy": nested(entropy, torch.float32),
-            "responses": nested(responses, torch.int64),
-            "old_log_probs": nested(old_log_probs, torch.float32),
-            "uid": NonTensorStack(*uids),
-        },
-        batch_size=[len(uids)],
-    )
+    values = {
+        "response_mask": nested(masks, torch.int64),
+        "rm_scores": nested(rm_scores, torch.float32),
+        "entropy": nested(entropy, torch.float32),
+        "responses": nested(responses, torch.int64),
+    }
+    if log_probs is not None:
+        values["old_log_probs"] = nested(log_probs, torch.float32)
+    fields = TensorDict({**values, "uid": NonTensorStack(*uids)}, batch_size=[len(uids)])
     keys = [f"{uid}_{i}_0" for i, uid in enumerate(uids)]  # verl's V1 key format {uid}_{session}_{index}
     tags = [{"is_padding": i >= rows} for i in range(len(uids))]
     meta = tq.kv_batch_put(keys=keys, partition_id=partition_id, fields=fields, tags=tags)
     padded = fields.to_padded_tensor()
-    return meta, dict(
+    direct = dict(
         token_level_rewards=padded["rm_scores"],
         response_mask=padded["response_mask"],
         index=np.array(uids, dtype=object),
         entropys=padded["entropy"],
         responses=padded["responses"],
-        old_log_probs=padded["old_log_probs"],
     )
+    if log_probs is not None:
+        direct["old_log_probs"] = padded["old_log_probs"]
+    return meta, direct
 
 
 class ForbiddenWorkers:
