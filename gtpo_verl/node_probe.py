@@ -21,6 +21,7 @@ DISTRIBUTIONS = {
     "torch": ("torch",),
     "transformers": ("transformers",),
     "ray": ("ray",),
+    "TransferQueue": ("TransferQueue", "transferqueue"),
     "gtpo_verl": ("gtpo_verl",),
     "flash-attn": ("flash-attn", "flash_attn"),
 }
@@ -104,6 +105,9 @@ def probe_node(request: dict) -> dict:
             report["flash_attn"] = _error(exc)
 
     if request.get("count_cuda"):
+        # the probe holds this node's GPUs (see preflight.probe_cluster), so Ray has set the
+        # device visibility exactly as for verl's GPU workers
+        report["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
         try:
             import torch
 

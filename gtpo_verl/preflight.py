@@ -8,11 +8,18 @@ each alive node, with the runtime environment verl's ``run_ppo`` would use; othe
 this machine, where verl would start its own Ray. Prints one line per check with its fix and
 exits 1 if any check fails.
 
-Checks: gtpo_verl importable and registered with verl; verl / vLLM / torch versions (verl as
-pinned, all equal across nodes, the GPU stack as verl 0.9.1's ``[vllm]`` extra pins it); GPUs
-registered with Ray against ``trainer.nnodes × trainer.n_gpus_per_node``; flash-attn when the
-model loads with ``flash_attention_2``; model folder and data files readable; checkpoint folder
-writable; the run length (``total_training_steps``) as verl will resolve it.
+Checks: the cluster accepts this process (Ray token authentication); gtpo_verl importable and
+registered with verl; verl / vLLM / torch / transformers / TransferQueue versions (verl as pinned,
+all equal across nodes, the GPU stack as verl 0.9.1's ``[vllm]`` extra pins it); GPUs registered
+with Ray against ``trainer.nnodes × trainer.n_gpus_per_node``, and on each node the CUDA devices a
+task *holding that node's GPUs* sees (what verl's workers will see: Ray blanks
+``CUDA_VISIBLE_DEVICES`` in a task that holds none); flash-attn when the model loads with
+``flash_attention_2``; model folder and data files readable; checkpoint folder writable; the run
+length (``total_training_steps``) as verl will resolve it.
+
+A node that does not answer within ``GTPO_PREFLIGHT_TIMEOUT_S`` seconds (default 180) is named:
+a node whose Ray runs with another token or ``RAY_AUTH_MODE`` joins the cluster but refuses the
+other nodes' requests, so its probe never starts; so does a node whose GPUs another job holds.
 """
 
 from __future__ import annotations
@@ -31,8 +38,14 @@ from gtpo_verl import node_probe
 
 REQUIRED_VERL = "0.9.1"  # recipes/REQUIRED_VERL.txt
 # GPU stack pins of verl 0.9.1's `[vllm]` extra (read from verl's own metadata when available)
-GPU_STACK_FALLBACK = {"torch": "2.11.0", "vllm": "0.24.0"}
+GPU_STACK_FALLBACK = {"torch": "2.11.0", "vllm": "0.24.0", "transformers": "5.9.0"}
+MIN_TRANSFER_QUEUE = (0, 1, 10)  # verl 0.9.1's `[verl-core]` extra: TransferQueue>=0.1.10
 PROBE_TIMEOUT_S = 180
+AUTH_FIX = (
+    "start every node and this shell with the same token: RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH=<the "
+    "cluster's token file> (or RAY_AUTH_TOKEN) exported before `ray start`, `ray status`, `ray job submit` and "
+    "the driver (recipes/slurm/ray_on_slurm.sbatch does this; docs/reproduce.md, section 2)"
+)
 
 
 class PreflightError(SystemExit):
@@ -97,11 +110,11 @@ def probe_request(config) -> dict:
 
 
 def gpu_stack_pins() -> dict[str, str]:
-    """torch / vLLM versions verl 0.9.1's ``[vllm]`` extra pins (what verl is tested with)."""
+    """torch / vLLM / transformers versions verl 0.9.1's ``[vllm]`` extra pins (what verl is tested with)."""
     pins = {}
     try:
         for requirement in importlib.metadata.requires("verl") or []:
-            found = re.match(r'^(torch|vllm)==([\w.]+); extra == "vllm"$', requirement.strip())
+            found = re.match(r'^(torch|vllm|transformers)==([\w.]+); extra == "vllm"$', requirement.strip())
             if found:
                 pins[found.group(1)] = found.group(2)
     except importlib.metadata.PackageNotFoundError:
@@ -146,6 +159,77 @@ def resolve_total_training_steps(config) -> tuple[Optional[int], str]:
 
 
 # ---------------------------------------------------------------- where to run the probe
+class ClusterRefused(Exception):
+    """The Ray cluster could not be joined: refused this process's token, or did not answer."""
+
+    def __init__(self, address: str, exc: BaseException):
+        self.address = address
+        text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        self.reason = text if isinstance(exc, RuntimeError) and text else f"{type(exc).__name__}: {text}".rstrip(": ")
+        super().__init__(f"{address}: {self.reason}")
+
+    def check(self) -> "Check":
+        mode = os.environ.get("RAY_AUTH_MODE") or "unset"
+        source = token_source() or "nowhere"
+        detail = (f"the cluster at {self.address} refused or did not answer this process "
+                  f"(RAY_AUTH_MODE={mode}, token from {source}): {self.reason}")
+        if "AuthenticationError" not in self.reason and mode != "token":
+            detail += "; a cluster started with RAY_AUTH_MODE=token drops clients that present no token"
+        return Check("Ray cluster", False, detail, AUTH_FIX + "; or check that the head is up at that address")
+
+
+def token_source() -> Optional[str]:
+    """Where Ray would read this process's token from (its order), or None when there is none."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return "RAY_AUTH_TOKEN"
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if path:
+        return f"RAY_AUTH_TOKEN_PATH={path}"
+    default = os.path.expanduser("~/.ray/auth_token")
+    return default if os.path.isfile(default) else None
+
+
+GCS_CHECK = """
+import sys, ray
+try:
+    ray._raylet.GcsClient(address=sys.argv[1]).internal_kv_get(b"gtpo_preflight", namespace=None, timeout=30)
+except Exception as exc:
+    print("REFUSED " + type(exc).__name__ + ": " + (str(exc).strip().splitlines() or [""])[0][:300])
+else:
+    print("ACCEPTED")
+"""
+
+
+def check_token_accepted(address: str) -> None:
+    """Ask the head's GCS one question before joining, in a child process: a wrong token then fails in
+    seconds with Ray's own reason (``ray.init`` retries for a minute and reports a ConnectionError),
+    and a missing one cannot abort this process (Ray's client exits from C++ when it finds none)."""
+    if (os.environ.get("RAY_AUTH_MODE") or "").lower() == "token" and token_source() is None:
+        raise ClusterRefused(address, RuntimeError(
+            "RAY_AUTH_MODE=token, but this process has no token (no RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
+            "~/.ray/auth_token)"))
+    if not re.fullmatch(r"[\w.\-]+:\d+", address):
+        return  # "auto" or ray://: ray.init resolves it
+    import subprocess
+
+    try:
+        proc = subprocess.run([sys.executable, "-c", GCS_CHECK, address], capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        raise ClusterRefused(address, TimeoutError("the head's GCS did not answer within 90 s")) from None
+    answer = next((line for line in proc.stdout.splitlines() if line.startswith(("ACCEPTED", "REFUSED"))), None)
+    if answer == "ACCEPTED":
+        return
+    if answer is None:  # the client died: Ray's own last words say why
+        words = [line for line in proc.stderr.splitlines() if "Authentication" in line or "Check failed" in line]
+        answer = "REFUSED " + (words[-1].strip()[:300] if words else f"Ray's client exited with status {proc.returncode}")
+    reason = answer.removeprefix("REFUSED ")
+    raise ClusterRefused(address, RuntimeError(reason))
+
+
+def probe_timeout_s() -> float:
+    return float(os.environ.get("GTPO_PREFLIGHT_TIMEOUT_S", PROBE_TIMEOUT_S))
+
+
 def cluster_address(config) -> Optional[str]:
     ray_init = config.get("ray_kwargs", {}).get("ray_init", {}) or {}
     address = ray_init.get("address", None) or os.environ.get("RAY_ADDRESS") or None
@@ -171,7 +255,11 @@ def probe_cluster(config, address: str) -> tuple[list[Node], list[str]]:
 
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address, runtime_env=ray_runtime_env(config), log_to_driver=False, logging_level="ERROR")
+        check_token_accepted(address)
+        try:
+            ray.init(address=address, runtime_env=ray_runtime_env(config), log_to_driver=False, logging_level="ERROR")
+        except Exception as exc:  # refused (token) or unreachable: one clear line, not a traceback
+            raise ClusterRefused(address, exc) from None
     try:
         ray.cloudpickle.register_pickle_by_value(node_probe)  # runs where gtpo_verl is missing
         remote_probe = ray.remote(num_cpus=0, max_retries=0)(node_probe.probe_node)
@@ -181,9 +269,13 @@ def probe_cluster(config, address: str) -> tuple[list[Node], list[str]]:
             is_head = info.get("Resources", {}).get("node:__internal_head__", 0) > 0
             name = f"{info['NodeManagerAddress']} ({info.get('NodeManagerHostname', '?')}, node {info['NodeID'][:8]}{', head' if is_head else ''})"
             strategy = NodeAffinitySchedulingStrategy(node_id=info["NodeID"], soft=False)
-            refs.append(remote_probe.options(scheduling_strategy=strategy).remote(request))
-            nodes.append(Node(name=name, ray_gpus=float(info.get("Resources", {}).get("GPU", 0)), report={}))
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=PROBE_TIMEOUT_S)
+            gpus = float(info.get("Resources", {}).get("GPU", 0))
+            # Hold the node's GPUs, as verl's workers will: Ray sets CUDA_VISIBLE_DEVICES to the GPUs a
+            # task holds and blanks it in a task that holds none (so a GPU-less probe sees 0 devices).
+            held = gpus if request["count_cuda"] else 0
+            refs.append(remote_probe.options(num_gpus=held, scheduling_strategy=strategy).remote(request))
+            nodes.append(Node(name=name, ray_gpus=gpus, report={}))
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=probe_timeout_s())
         silent = []
         for node, ref in zip(nodes, refs):
             if ref not in ready:
@@ -222,8 +314,12 @@ def evaluate(config, nodes: list[Node], silent: list[str]) -> list[Check]:
     where = f"{len(answered)} node{'s' * (len(answered) != 1)}"
     if silent or len(answered) != len(nodes):
         broken = silent + [f"{n.name}: {n.report['task_error']}" for n in nodes if "task_error" in n.report]
-        checks.append(Check("nodes", False, f"no answer from {'; '.join(broken)}",
-                            "check that node's Ray worker (ray status, its raylet.out), then rerun"))
+        checks.append(Check(
+            "nodes", False, f"no answer within {probe_timeout_s():g} s from {'; '.join(broken)}",
+            "a node that rejects the cluster's token (its `ray start` ran with another RAY_AUTH_MODE or token) joins "
+            "but refuses every request: " + AUTH_FIX + "; else its GPUs are held by another job, or its raylet is "
+            "down (ray status, that node's raylet.out); then rerun",
+        ))
 
     bad = _per_node(answered, "gtpo_verl")
     checks.append(Check(
@@ -238,7 +334,7 @@ def evaluate(config, nodes: list[Node], silent: list[str]) -> list[Check]:
     for name, v in versions.items():
         if v.get("verl") != REQUIRED_VERL:
             problems.append(f"{name} has verl {v.get('verl')} (need {REQUIRED_VERL})")
-    for key in ("verl", "torch", "vllm", "transformers", "ray"):
+    for key in ("verl", "torch", "vllm", "transformers", "ray", "TransferQueue"):
         seen = {v.get(key) for v in versions.values()}
         if len(seen) > 1:
             problems.append(f"{key} differs across nodes: " + ", ".join(f"{n}={v.get(key)}" for n, v in versions.items()))
@@ -247,13 +343,18 @@ def evaluate(config, nodes: list[Node], silent: list[str]) -> list[Check]:
             off = [f"{n}={v.get(key)}" for n, v in versions.items() if (v.get(key) or "").split("+")[0] != pin]
             if off:
                 problems.append(f"{key} is not {pin} (verl {REQUIRED_VERL}'s [vllm] pin) on " + ", ".join(off))
+    for name, v in versions.items():
+        queue = v.get("TransferQueue")
+        if queue and tuple(int(p) for p in re.findall(r"\d+", queue)[:3]) < MIN_TRANSFER_QUEUE:
+            problems.append(f"{name} has TransferQueue {queue} (verl {REQUIRED_VERL} needs >= "
+                            f"{'.'.join(map(str, MIN_TRANSFER_QUEUE))}; requirements/gpu.txt pins it)")
     stack = next(iter(versions.values()), {})
     checks.append(Check(
         "versions", not problems,
         "; ".join(problems) if problems else
         f"verl {stack.get('verl')}, torch {stack.get('torch')}, vllm {stack.get('vllm')} on {where}",
-        "use one environment on every node: verl's published image for 0.9.1 plus `pip install --no-deps -e .` "
-        "(docs/reproduce.md, section 1)",
+        "use one environment on every node: verl's published image for 0.9.1 plus "
+        "`pip install -c requirements/gpu.txt -e .` (docs/reproduce.md, section 1)",
     ))
 
     needed = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
@@ -268,12 +369,18 @@ def evaluate(config, nodes: list[Node], silent: list[str]) -> list[Check]:
         for n in answered:
             cuda = n.report.get("cuda_devices", 0)
             if n.ray_gpus and cuda < n.ray_gpus:
-                gpu_problems.append(f"{n.name} registers {n.ray_gpus:g} GPUs with Ray but torch sees {cuda} CUDA devices")
+                seen = n.report.get("cuda_visible_devices", "?")
+                gpu_problems.append(
+                    f"{n.name} registers {n.ray_gpus:g} GPUs with Ray but a task holding them sees {cuda} CUDA "
+                    f"device{'s' * (cuda != 1)} (CUDA_VISIBLE_DEVICES={seen!r}"
+                    + (f"; {n.report['cuda_error']}" if n.report.get("cuda_error") else "") + ")"
+                )
     checks.append(Check(
         "GPUs", not gpu_problems,
         "; ".join(gpu_problems) if gpu_problems else f"{registered:g} registered, {needed} needed",
-        "start Ray on every node with its GPUs (`ray start ... --num-gpus=8`; recipes/slurm/ray_on_slurm.sbatch waits "
-        "for all of them), or set trainer.nnodes / trainer.n_gpus_per_node to the cluster",
+        "start Ray on every node with the GPUs it really has (`ray start ... --num-gpus=8`, in the container that runs "
+        "the workers, with the GPUs passed in: `--gpus all` / `apptainer --nv`; recipes/slurm/ray_on_slurm.sbatch "
+        "waits for all of them), or set trainer.nnodes / trainer.n_gpus_per_node to the cluster",
     ))
 
     if probe_request(config)["need_flash_attn"]:
@@ -319,7 +426,13 @@ def run_preflight(config, out=None) -> list[Check]:
     address = cluster_address(config)
     if address:
         print(f"preflight: probing every node of the Ray cluster at {address}", file=out, flush=True)
-        nodes, silent = probe_cluster(config, address)
+        try:
+            nodes, silent = probe_cluster(config, address)
+        except ClusterRefused as refused:
+            check = refused.check()
+            print(check.line(), file=out, flush=True)
+            print("preflight: the cluster could not be joined: no node was checked", file=out, flush=True)
+            raise PreflightError([check.name]) from None
     else:
         print("preflight: no Ray cluster given (RAY_ADDRESS unset): checking this machine", file=out, flush=True)
         nodes, silent = probe_local(config), []

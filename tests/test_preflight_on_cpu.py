@@ -3,25 +3,25 @@
 - The DAPO_TOKEN recipe through ``DRY_RUN=preflight`` (recipes/launch.sh) on this GPU-less machine
   without flash-attn must fail and name both the GPU shortfall and flash-attn.
 - The CPU preset with readable files must pass, and print the run length verl will use.
-- On a real two-node local Ray cluster (two ``ray start`` processes) where one node cannot import
-  gtpo_verl (a package on that node's PYTHONPATH shadows it, as a node without the install would),
-  exactly that node is named.
+- On a real two-node local Ray cluster (two ``ray start`` processes), with token auth on and off,
+  where one node cannot import gtpo_verl (a package on that node's PYTHONPATH shadows it, as a node
+  without the install would), exactly that node is named; a client without the token, or with
+  another, gets one clear line; a node that rejects the token is named.
+- On a fake-GPU cluster (CUDA emulated from CUDA_VISIBLE_DEVICES) a node that registers 2 GPUs and
+  exposes 2 passes, one that exposes 1 fails with its name.
 - ``python -m gtpo_verl.main`` runs it before verl starts Ray or any worker.
 """
 
 import importlib.util
 import os
 import re
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from support.ray_cluster import NodeSpec, local_ray_cluster
 
 from gtpo_verl import preflight
 
@@ -99,78 +99,115 @@ def test_cpu_preset_passes_and_prints_the_run_length(cpu_run_files):
     assert not (cpu_run_files / "checkpoints").exists()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _kill_processes_of(session_root: str):
-    """Stop the Ray processes started by this test (their command lines name its temp folder)."""
-    import psutil
-
-    mine = [p for p in psutil.process_iter(["cmdline"]) if session_root in " ".join(p.info["cmdline"] or [])]
-    for p in mine:
-        try:
-            p.send_signal(signal.SIGTERM)
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(mine, timeout=15)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-
-
-@pytest.fixture
-def two_node_cluster(tmp_path):
-    """A head (1 CPU, 1 GPU slot) and a worker node whose PYTHONPATH hides gtpo_verl."""
-    session_root = tempfile.mkdtemp(prefix="gtpo_pf_", dir="/tmp")  # short: Ray's socket paths are length-limited
+def _shadow_package(tmp_path):
+    """A PYTHONPATH entry whose gtpo_verl fails to import, as on a node without the install."""
     shadow = tmp_path / "shadow" / "gtpo_verl"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text(
         'raise ModuleNotFoundError("No module named \'gtpo_verl\' (not installed on this node)", name="gtpo_verl")\n'
     )
-    port = _free_port()
-    start = [sys.executable, "-m", "ray.scripts.scripts", "start", "--num-cpus=1", "--disable-usage-stats"]
-    try:
-        subprocess.run(
-            [*start, "--head", f"--port={port}", "--num-gpus=1", "--include-dashboard=false", f"--temp-dir={session_root}"],
-            env=_env(), check=True, capture_output=True, timeout=240,
-        )
-        subprocess.run(
-            [*start, f"--address=127.0.0.1:{port}", "--num-gpus=0"],
-            env=_env(PYTHONPATH=shadow.parent), check=True, capture_output=True, timeout=240,
-        )
-        yield f"127.0.0.1:{port}"
-    finally:
-        _kill_processes_of(session_root)
-        shutil.rmtree(session_root, ignore_errors=True)
+    return str(shadow.parent)
 
 
-def test_two_node_cluster_names_the_node_without_the_package(two_node_cluster, cpu_run_files):
-    deadline = time.time() + 60
-    while True:  # the worker's raylet registers shortly after `ray start` returns
-        proc = subprocess.run(
-            [sys.executable, "-m", "gtpo_verl.preflight", *cpu_overrides(cpu_run_files)],
-            cwd=cpu_run_files, env=_env(RAY_ADDRESS=two_node_cluster), capture_output=True, text=True, timeout=300,
-        )
-        if "preflight: 2 nodes" in proc.stdout or time.time() > deadline:
-            break
+def _preflight(cluster, root, *extra, env=None, timeout=300):
+    return subprocess.run(
+        [sys.executable, "-m", "gtpo_verl.preflight", *cpu_overrides(root, *extra)],
+        cwd=root, env=env or dict(cluster.client_env, RAY_ADDRESS=cluster.address), capture_output=True, text=True,
+        timeout=timeout,
+    )
+
+
+def _preflight_on_all_nodes(cluster, root, count, *extra, env=None):
+    deadline = time.time() + 120
+    while True:  # a worker's raylet registers shortly after `ray start` returns
+        proc = _preflight(cluster, root, *extra, env=env)
+        if f"preflight: {count} nodes" in proc.stdout or time.time() > deadline:
+            return proc
+
+
+def _node_names(out, count):
+    listing = next(line for line in out.splitlines() if line.startswith(f"preflight: {count} nodes: "))
+    names = listing.removeprefix(f"preflight: {count} nodes: ").split("; ")
+    return [n for n in names if n.endswith(", head)")], [n for n in names if not n.endswith(", head)")]
+
+
+@pytest.mark.parametrize("auth", ["token", "disabled"])
+def test_two_node_cluster_names_the_node_without_the_package(auth, tmp_path, cpu_run_files):
+    head_spec = NodeSpec(num_gpus=1)
+    worker_spec = NodeSpec(env={"PYTHONPATH": _shadow_package(tmp_path)})
+    with local_ray_cluster(head_spec, [worker_spec], auth=auth) as cluster:
+        proc = _preflight_on_all_nodes(cluster, cpu_run_files, 2)
+        if auth == "token":  # the same cluster refuses a client without its token, in one clear line
+            no_token = {k: v for k, v in cluster.client_env.items() if k != "RAY_AUTH_TOKEN_PATH"}
+            refused = _preflight(cluster, cpu_run_files, env=dict(no_token, RAY_ADDRESS=cluster.address, HOME=str(tmp_path)))
+            wrong = tmp_path / "wrong_token"
+            wrong.write_text("0" * 64)
+            rejected = _preflight(cluster, cpu_run_files, env=dict(cluster.client_env, RAY_ADDRESS=cluster.address,
+                                                                   RAY_AUTH_TOKEN_PATH=str(wrong)))
+            unauthenticated = _preflight(cluster, cpu_run_files, env=dict(no_token, RAY_ADDRESS=cluster.address,
+                                                                          RAY_AUTH_MODE="disabled", HOME=str(tmp_path)))
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr
-    listing = next(line for line in out.splitlines() if line.startswith("preflight: 2 nodes: "))
-    names = listing.removeprefix("preflight: 2 nodes: ").split("; ")
-    head = [n for n in names if n.endswith(", head)")]
-    worker = [n for n in names if not n.endswith(", head)")]
-    assert len(head) == 1 and len(worker) == 1, names
+    head, worker = _node_names(out, 2)
+    assert len(head) == 1 and len(worker) == 1, (head, worker)
     failed = [line for line in _lines(out) if line.startswith("[FAIL]")]
     assert len(failed) == 1 and failed[0].startswith("[FAIL] gtpo_verl: "), failed
     assert worker[0] in failed[0] and head[0] not in failed[0]  # the broken node, and only it, is named
     assert "No module named 'gtpo_verl'" in failed[0] and "fix:" in failed[0]
     assert "[PASS] versions: verl 0.9.1" in out and "on 2 nodes" in out  # the probe itself ran on both nodes
     assert "[PASS] GPUs: 1 registered, 1 needed" in out
+    if auth == "token":
+        why = {"no token": "RAY_AUTH_MODE=token, but this process has no token",
+               "wrong token": "AuthenticationError: RPC error: InvalidAuthToken",
+               "auth off": "RAY_AUTH_MODE=disabled"}
+        for case, proc in zip(why, (refused, rejected, unauthenticated)):
+            assert proc.returncode == 1, (case, proc.stdout + proc.stderr)
+            lines = _lines(proc.stdout)
+            assert len(lines) == 1 and lines[0].startswith(f"[FAIL] Ray cluster: the cluster at {cluster.address} refused"), (
+                case, proc.stdout[-3000:] + proc.stderr[-3000:])
+            assert why[case] in lines[0] and "RAY_AUTH_TOKEN_PATH" in lines[0].split("-> fix:")[1], (case, lines[0])
+            assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_a_node_that_rejects_the_token_is_named(tmp_path, cpu_run_files):
+    """A node whose Ray runs with token auth joins a head that runs without, then refuses its requests."""
+    token = tmp_path / "node_token"
+    token.write_text("1" * 64)
+    strict = NodeSpec(env={"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)})
+    with local_ray_cluster(NodeSpec(num_gpus=1), [strict], auth="disabled") as cluster:
+        env = dict(cluster.client_env, RAY_ADDRESS=cluster.address, GTPO_PREFLIGHT_TIMEOUT_S="75")
+        proc = _preflight_on_all_nodes(cluster, cpu_run_files, 2, env=env)
+    out = proc.stdout
+    assert proc.returncode == 1, out + proc.stderr
+    head, worker = _node_names(out, 2)
+    nodes = next(line for line in _lines(out) if line.startswith("[FAIL] nodes:"))
+    assert "no answer within 75 s from " + worker[0] in nodes and head[0] not in nodes
+    assert "rejects the cluster's token" in nodes and "RAY_AUTH_MODE=token" in nodes.split("-> fix:")[1]
+
+
+GPU_RUN = [  # a GPU run's shape on two nodes of two GPUs; sdpa so flash-attn is not needed here
+    "trainer.device=cuda", "trainer.nnodes=2", "trainer.n_gpus_per_node=2",
+    "actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+]
+
+
+@pytest.mark.parametrize("worker_devices", [2, 1])
+def test_gpus_are_counted_as_a_gpu_holding_worker_sees_them(worker_devices, cpu_run_files):
+    """Ray blanks CUDA_VISIBLE_DEVICES in a task that holds no GPU: a probe that holds none sees 0 devices
+    on every node. Each node registers 2 GPUs; the worker really has ``worker_devices`` of them."""
+    head_spec = NodeSpec(num_gpus=2, fake_cuda_devices=2)
+    worker_spec = NodeSpec(num_gpus=2, fake_cuda_devices=worker_devices)
+    with local_ray_cluster(head_spec, [worker_spec], auth="token") as cluster:
+        proc = _preflight_on_all_nodes(cluster, cpu_run_files, 2, *GPU_RUN)
+    out = proc.stdout
+    head, worker = _node_names(out, 2)
+    gpus = next((line for line in _lines(out) if line.split(":")[0].endswith(" GPUs")), None)
+    assert gpus is not None, out + proc.stderr
+    if worker_devices == 2:
+        assert gpus == "[PASS] GPUs: 4 registered, 4 needed", gpus
+    else:
+        assert gpus.startswith("[FAIL] GPUs: ") and worker[0] in gpus and head[0] not in gpus, gpus
+        assert "registers 2 GPUs with Ray but a task holding them sees 1 CUDA device (CUDA_VISIBLE_DEVICES='0,1')" in gpus
 
 
 def test_main_runs_the_preflight_before_ray_starts(cpu_run_files, tmp_path):
@@ -194,7 +231,8 @@ def test_main_runs_the_preflight_before_ray_starts(cpu_run_files, tmp_path):
 
 def _node(name, gpus=8.0, **report):
     base = {
-        "hostname": name, "versions": {"verl": "0.9.1", "torch": "2.11.0+cu130", "vllm": "0.24.0"},
+        "hostname": name,
+        "versions": {"verl": "0.9.1", "torch": "2.11.0+cu130", "vllm": "0.24.0", "transformers": "5.9.0", "TransferQueue": "0.1.11"},
         "gtpo_verl": None, "flash_attn": None, "cuda_devices": 8, "model": None, "data": {}, "checkpoint": None,
     }
     base.update(report)
@@ -208,17 +246,25 @@ def test_versions_must_agree_across_nodes_and_match_the_pins():
         cfg = compose(config_name="gtpo_trainer", overrides=["trainer.nnodes=2", "trainer.total_training_steps=5"])
     ok = preflight.evaluate(cfg, [_node("a"), _node("b")], [])
     assert all(c.ok for c in ok), [c.line() for c in ok if not c.ok]
-    odd = _node("b", versions={"verl": "0.9.1", "torch": "2.10.0", "vllm": "0.24.0"}, cuda_devices=4)
+    odd = _node("b", versions={"verl": "0.9.1", "torch": "2.10.0", "vllm": "0.24.0", "transformers": "5.3.0",
+                               "TransferQueue": "0.1.8"}, cuda_devices=4, cuda_visible_devices="0,1,2,3,4,5,6,7")
     checks = {c.name: c for c in preflight.evaluate(cfg, [_node("a"), odd], ["c"])}
-    assert not checks["versions"].ok and "torch differs across nodes: a=2.11.0+cu130, b=2.10.0" in checks["versions"].detail
-    assert "torch is not 2.11.0" in checks["versions"].detail and "on b=2.10.0" in checks["versions"].detail
-    assert not checks["GPUs"].ok and "b registers 8 GPUs with Ray but torch sees 4" in checks["GPUs"].detail
-    assert not checks["nodes"].ok and "no answer from c" in checks["nodes"].detail
+    versions = checks["versions"].detail
+    assert not checks["versions"].ok and "torch differs across nodes: a=2.11.0+cu130, b=2.10.0" in versions
+    assert "torch is not 2.11.0" in versions and "on b=2.10.0" in versions
+    # the image's own transformers / TransferQueue, below what verl 0.9.1 needs
+    assert "transformers is not 5.9.0 (verl 0.9.1's [vllm] pin) on b=5.3.0" in versions
+    assert "b has TransferQueue 0.1.8 (verl 0.9.1 needs >= 0.1.10" in versions and "a has TransferQueue" not in versions
+    assert not checks["GPUs"].ok and (
+        "b registers 8 GPUs with Ray but a task holding them sees 4 CUDA devices (CUDA_VISIBLE_DEVICES='0,1,2,3,4,5,6,7')"
+        in checks["GPUs"].detail)
+    assert not checks["nodes"].ok and "from c" in checks["nodes"].detail and "rejects the cluster's token" in checks["nodes"].fix
+    assert not checks["nodes"].ok and "from c" in checks["nodes"].detail
 
 
 def test_pins_are_verls_and_documented():
     pins = preflight.gpu_stack_pins()  # read from verl 0.9.1's own metadata ([vllm] extra)
-    assert pins == {"torch": "2.11.0", "vllm": "0.24.0"} == preflight.GPU_STACK_FALLBACK
+    assert pins == {"torch": "2.11.0", "vllm": "0.24.0", "transformers": "5.9.0"} == preflight.GPU_STACK_FALLBACK
     text = (ROOT / "recipes" / "REQUIRED_VERL.txt").read_text()
     assert text.splitlines()[0] == f"verl=={preflight.REQUIRED_VERL}"
     for name, version in pins.items():

@@ -18,6 +18,7 @@ import shlex
 import shutil
 import stat
 import subprocess
+import tempfile
 import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -87,18 +88,43 @@ DEAD_KEYS = {
 
 STUB = r"""#!/usr/bin/env bash
 printf '%s\0' "$(basename "$0")" "${RAY_ADDRESS-}" "${LAUNCHER-}" "$@" > "${STUB_LOG_DIR}/$(date +%s%N)-$$-${RANDOM}"
+if [[ -n "${STUB_ENV_LOG-}" ]]; then  # who saw which Ray auth settings (and the token file's mode)
+    mode=none; [[ -n "${RAY_AUTH_TOKEN_PATH-}" && -f "${RAY_AUTH_TOKEN_PATH}" ]] && mode=$(stat -c %a "${RAY_AUTH_TOKEN_PATH}")
+    printf '%s %s %s %s %s %s\n' "$(basename "$0")" "${1-}" "${STUB_NODE-host}" "${RAY_AUTH_MODE-unset}" \
+        "${RAY_AUTH_TOKEN_PATH:-${RAY_AUTH_TOKEN:+env}}" "${mode}" >> "${STUB_ENV_LOG}"
+fi
 """
 STUBS = {
-    "python3": STUB,
-    "ray": STUB + 'if [[ "${1-}" == status ]]; then printf "%b" "${STUB_RAY_STATUS-}"; fi\n',
+    "python3": STUB + 'exit "${STUB_PYTHON_EXIT:-0}"\n',
+    # ray: `ray status` answers only once `ray start --head` has run (a failed poll is counted, not recorded)
+    "ray": r"""#!/usr/bin/env bash
+if [[ "${1-}" == status && ! -e "${STUB_LOG_DIR}.head_up" ]]; then echo >> "${STUB_LOG_DIR}.head_waits"; exit 1; fi
+""" + STUB.removeprefix("#!/usr/bin/env bash\n")
+    + r"""case "${1-}" in
+status) printf "%b" "${STUB_RAY_STATUS-}" ;;
+--version) echo "ray, version ${STUB_RAY_VERSION:-2.55.1}" ;;
+start)  # `ray start --block` stays up until the job stops it; a node listed in STUB_DEAD_NODES fails at once
+    [[ " ${STUB_DEAD_NODES-} " == *" ${STUB_NODE-} "* ]] && exit 1
+    for arg; do [[ "${arg}" == --head ]] && touch "${STUB_LOG_DIR}.head_up"; done
+    for arg; do [[ "${arg}" == --block ]] && exec tail -f /dev/null; done ;;
+esac
+""",
     "sbatch": STUB,
     "sleep": STUB,
-    "scontrol": STUB + 'printf "%s\\n" ${STUB_HOSTS}\n',
+    "scontrol": STUB + 'if [[ "${1-}" == show ]]; then printf "%s\\n" ${STUB_HOSTS}; fi\n',
     "hostname": STUB + 'echo "${STUB_IPS:-10.1.2.3 172.17.0.1}"\n',
     # srun: record, drop srun's own options, run the rest (as srun would on the chosen node)
     "srun": STUB
     + r"""while (($#)); do
-    case "$1" in -w | --nodelist | -N | -n) shift 2 ;; -*) shift ;; *) break ;; esac
+    case "$1" in -w | --nodelist) export STUB_NODE=$2; shift 2 ;; -N | -n) shift 2 ;; -*) shift ;; *) break ;; esac
+done
+exec "$@"
+""",
+    # apptainer exec [options] IMAGE COMMAND...: record, run COMMAND (as it would in the image)
+    "apptainer": STUB
+    + r"""shift  # exec
+while (($#)); do
+    case "$1" in --bind | --pwd) shift 2 ;; -*) shift ;; *) shift; break ;; esac
 done
 exec "$@"
 """,
@@ -120,8 +146,7 @@ def run_script(stubs, tmp_path, script, *args, **env_vars):
 
     Returns (completed process, [(tool, RAY_ADDRESS, LAUNCHER, argv), …] in call order).
     """
-    log = tmp_path / f"calls_{len(list(tmp_path.iterdir()))}"
-    log.mkdir()
+    log = Path(tempfile.mkdtemp(prefix="calls_", dir=tmp_path))
     env = {"PATH": f"{stubs}:{os.environ['PATH']}", "HOME": HOME, "LANG": "C.UTF-8", "STUB_LOG_DIR": str(log)}
     env.update({k: str(v) for k, v in env_vars.items()})
     proc = subprocess.run(
@@ -406,6 +431,8 @@ def test_dapo_settings(script, launched):
     assert (v.n, v.do_sample, v.temperature, v.top_p) == (32, True, 1.0, 0.7)
     assert str(data.val_files).endswith("/aime-2024-dedup.parquet")  # 30 problems × n=32 → best@32
     assert (t.nnodes, t.n_gpus_per_node, t.project_name, t.experiment_name) == (16, 8, "DAPO", DAPO[script])
+    # verl's TransferQueue config asks for >= 2 storage units per node; its default 8 serves 4 nodes
+    assert cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units == 2 * 16
     assert list(t.logger) == ["console", "wandb"] and t.val_before_train and t.use_v1
     # the upstream run length: 1,791,700 DAPO-Math rows // gen batch 1536 (not 0.9.1's rows // 512 = 3499)
     assert (t.total_training_steps, t.total_epochs) == (1791700 // 1536, 1) == (1166, 1)
@@ -428,6 +455,7 @@ def test_dapo_knobs_follow_the_environment(stubs, tmp_path):
     assert ov["algorithm.gtpo_token.alpha1"] == "0.8" and ov["algorithm.gtpo_token.alpha2"] == "0.2"
     assert ov["data.train_files"] == "/shared/data/dapo-math-17k.parquet"
     assert ov["trainer.total_training_steps"] == "3"
+    assert ov["transfer_queue.backend.SimpleStorage.num_data_storage_units"] == "8"
     assert launched_overrides(calls)[-1] == "trainer.log_val_generations=4"  # extra Hydra overrides go last
 
     proc, _ = run_script(stubs, tmp_path, script, LAUNCHER="mpirun")
@@ -474,58 +502,168 @@ Usage:
 """
 SLURM_ENV = dict(
     SLURM_JOB_NODELIST="node[01-03]", SLURM_SUBMIT_DIR=str(ROOT), STUB_HOSTS="node01 node02 node03",
-    SLURM_CPUS_ON_NODE=64, SLURM_MEM_PER_NODE=1024, STUB_RAY_STATUS=RAY_STATUS_24_GPUS,
+    SLURM_CPUS_ON_NODE=64, SLURM_MEM_PER_NODE=1024, STUB_RAY_STATUS=RAY_STATUS_24_GPUS, SLURM_JOB_ID=4242,
 )
+
+
+def slurm_env(tmp_path, **extra):
+    """SLURM_ENV with the job's token folder and the stubs' auth log under ``tmp_path``."""
+    return {**SLURM_ENV, "RAY_AUTH_DIR": tmp_path / "ray_auth", "STUB_ENV_LOG": tmp_path / "auth.log", **extra}
+
+
+def auth_log(tmp_path):
+    """[(tool, first argument, node, RAY_AUTH_MODE, token path or "env", token file mode), …] in call order."""
+    return [tuple(line.split(" ")) for line in (tmp_path / "auth.log").read_text().splitlines()]
 
 
 def test_slurm_launch(stubs, tmp_path, launched):
     recipe = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
-    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **SLURM_ENV)
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path))
     assert proc.returncode == 0, proc.stderr
     ray_starts = sorted(argv for tool, _, _, argv in calls if tool == "ray" and argv[0] == "start")
     resources = ["--num-cpus=64", "--num-gpus=8", f"--memory={1024 * 1024 * 1024}"]  # the node's CPUs and memory
     assert ray_starts == [
         ["start", "--address=10.1.2.3:6379", *resources, "--block"],
         ["start", "--address=10.1.2.3:6379", *resources, "--block"],
-        ["start", "--head", "--node-ip-address=10.1.2.3", "--port=6379", *resources, "--block"],
+        ["start", "--head", "--node-ip-address=10.1.2.3", "--port=6379", "--dashboard-host=127.0.0.1", *resources, "--block"],
     ]
-    srun_steps = sorted((argv[argv.index("-w") + 1], argv[argv.index("-w") + 2]) for tool, _, _, argv in calls if tool == "srun")
-    assert srun_steps == [("node01", "bash"), ("node01", "hostname"), ("node01", "ray"), ("node02", "ray"), ("node03", "ray")]
-    for tool, _, _, argv in calls:  # each Ray node's step gets the node's CPUs, not srun's default one
-        if tool == "srun" and argv[argv.index("-w") + 2] == "ray":
-            assert "--cpus-per-task=64" in argv and "--mem=0" in argv
-    # the driver starts only once `ray status` shows every GPU
-    order = [(tool, argv[0] if argv else "") for tool, _, _, argv in calls]
-    assert order.index(("ray", "status")) < order.index(("python3", "-m"))
+    srun_steps = sorted((argv[argv.index("-w") + 1], argv[argv.index("-w") + 2:][:2]) for tool, _, _, argv in calls if tool == "srun")
+    head_waits = sum(1 for log in tmp_path.glob("calls_*.head_waits") for _ in log.read_text().splitlines())
+    polls = [("node01", ["ray", "status"])] * (2 + head_waits)  # until the head answers, then the GPU count
+    assert srun_steps == [
+        ("node01", ["bash", recipe]), ("node01", ["hostname", "--all-ip-addresses"]), ("node01", ["ray", "--version"]),
+        ("node01", ["ray", "start"]), *polls, ("node02", ["ray", "start"]), ("node03", ["ray", "start"]),
+    ]
+    for tool, _, _, argv in calls:
+        if tool == "srun" and argv[argv.index("-w") + 2:][:2] == ["ray", "start"]:  # the node's CPUs, not srun's one
+            assert "--cpus-per-task=64" in argv and "--mem=0" in argv and "--overlap" not in argv
+        elif tool == "srun" and argv[argv.index("-w") + 2] in ("ray", "bash"):  # beside the running `ray start`
+            assert "--overlap" in argv and "--cpus-per-task=64" not in argv
+    # workers start only once the head answers; the driver only once `ray status` shows every GPU
+    order = [(tool, argv[0], "--head" in argv) for tool, _, _, argv in calls if tool in ("ray", "python3")]
+    head_start, first_status = order.index(("ray", "start", True)), order.index(("ray", "status", False))
+    first_worker, driver_start = order.index(("ray", "start", False)), order.index(("python3", "-m", False))
+    assert head_start < first_status < first_worker < driver_start
     (driver,) = [c for c in calls if c[0] == "python3"]
     assert driver[1:3] == ("10.1.2.3:6379", "direct")  # joins the cluster, runs the driver in place
     ov, ref = as_dict(launched_overrides([driver])), as_dict(launched[recipe][1])
     assert ov.pop("trainer.nnodes") == "3" and ref.pop("trainer.nnodes") == "16"
+    units = "transfer_queue.backend.SimpleStorage.num_data_storage_units"
+    assert ov.pop(units) == "8" and ref.pop(units) == "32"  # ≥ 2 per node, never below verl's 8
     assert ov == ref
 
 
 def test_slurm_waits_for_every_gpu_then_fails_clearly(stubs, tmp_path):
     recipe = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
     short = RAY_STATUS_24_GPUS.replace("0.0/24.0 GPU", "0.0/16.0 GPU")  # one worker never joined
-    env = {**SLURM_ENV, "STUB_RAY_STATUS": short, "RAY_CLUSTER_TIMEOUT": 30, "RAY_POLL_INTERVAL": 5}
+    env = {**slurm_env(tmp_path), "STUB_RAY_STATUS": short, "RAY_CLUSTER_TIMEOUT": 30, "RAY_POLL_INTERVAL": 5}
     proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **env)
     assert proc.returncode == 1
     assert "only 16 of 24 GPUs registered with Ray at 10.1.2.3:6379 after 30s" in proc.stderr
-    assert sum(1 for tool, _, _, argv in calls if tool == "ray" and argv[:1] == ["status"]) == 6  # 30 s / 5 s
-    assert sum(1 for tool, _, _, argv in calls if tool == "sleep") == 5
+    # one answer from the head, then 30 s / 5 s polls for the GPUs
+    assert sum(1 for tool, _, _, argv in calls if tool == "ray" and argv[:1] == ["status"]) == 1 + 6
+    head_waits = sum(1 for log in tmp_path.glob("calls_*.head_waits") for _ in log.read_text().splitlines())
+    assert sum(1 for tool, _, _, argv in calls if tool == "sleep") == head_waits + 5
     assert not [c for c in calls if c[0] == "python3"]  # no driver on a partial cluster
+
+
+def test_slurm_names_a_node_whose_ray_start_ended(stubs, tmp_path):
+    """A worker refused by the head (another token) ends its `ray start` step: named, no driver."""
+    short = RAY_STATUS_24_GPUS.replace("0.0/24.0 GPU", "0.0/16.0 GPU")
+    env = slurm_env(tmp_path, STUB_RAY_STATUS=short, STUB_DEAD_NODES="node03", RAY_CLUSTER_TIMEOUT=600, RAY_POLL_INTERVAL=5)
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE="recipes/dapo/run_dapo_token_qwen2.5_32b.sh", **env)
+    assert proc.returncode == 1
+    assert "`ray start` on node03 has exited" in proc.stderr and "AuthenticationError" in proc.stderr
+    assert sum(1 for tool, _, _, argv in calls if tool == "ray" and argv[:1] == ["status"]) <= 3  # not the full 600 s
+    assert not [c for c in calls if c[0] == "python3"]
+
+
+def test_slurm_token_reaches_every_ray_process_and_the_driver(stubs, tmp_path):
+    recipe = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    token = str(tmp_path / "ray_auth" / "4242" / "auth_token")
+    seen = [entry for entry in auth_log(tmp_path) if entry[0] in ("ray", "python3")]
+    assert {entry[1] for entry in seen} >= {"start", "status", "--version", "-m"}
+    assert {entry[2] for entry in seen if entry[1] == "start"} == {"node01", "node02", "node03"}
+    for tool, first, node, mode, path, file_mode in seen:  # the job's own token, a file only its owner reads
+        if first != "--version":
+            assert (mode, path, file_mode) == ("token", token, "600"), (tool, first, node)
+    assert not (tmp_path / "ray_auth" / "4242").exists()  # removed when the job ends
+
+    # a token given by the caller travels in the environment; no file is written
+    proc, _ = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path, RAY_AUTH_TOKEN="c0ffee" * 8))
+    assert proc.returncode == 0, proc.stderr
+    given = [e for e in auth_log(tmp_path) if e[0] in ("ray", "python3")][len(seen):]
+    assert given and all(e[3:5] == ("token", "env") for e in given if e[1] != "--version"), given
+    assert not (tmp_path / "ray_auth" / "4242").exists()
+
+    # off on request, said in the log; a Ray without token auth stops the job before any `ray start`
+    (tmp_path / "auth.log").unlink()
+    proc, _ = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path, RAY_AUTH="disabled"))
+    assert proc.returncode == 0 and "RAY_AUTH=disabled" in proc.stderr
+    assert {e[3] for e in auth_log(tmp_path) if e[0] in ("ray", "python3")} == {"disabled"}
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path, STUB_RAY_VERSION="2.49.1"))
+    assert proc.returncode == 1 and "Ray 2.49.1 on node01 has no token authentication" in proc.stderr
+    assert not [argv for tool, _, _, argv in calls if tool == "ray" and argv[0] == "start"]
+
+
+@pytest.mark.parametrize("kind", ["pyxis", "apptainer"])
+def test_slurm_runs_ray_and_the_driver_in_the_container(kind, stubs, tmp_path):
+    recipe = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
+    mounts = "/shared:/shared"
+    image = {"pyxis": {"CONTAINER_IMAGE": "verlai/verl:vllm024.dev2"}, "apptainer": {"APPTAINER_IMAGE": "/shared/verl.sif"}}[kind]
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path, CONTAINER_MOUNTS=mounts, **image))
+    assert proc.returncode == 0, proc.stderr
+    steps = [argv for tool, _, _, argv in calls if tool == "srun"]
+    for argv in steps:
+        command = argv[argv.index("-w") + 2:]
+        while command[0].startswith("--container-"):
+            command = command[1:]
+        if kind == "pyxis":
+            in_image = f"--container-image={image['CONTAINER_IMAGE']}" in argv and f"--container-mounts={mounts}" in argv
+        else:
+            in_image = command[:5] == ["apptainer", "exec", "--nv", "--bind", mounts]
+            if in_image:
+                command = command[command.index(image["APPTAINER_IMAGE"]) + 1:]
+        assert in_image == (command[0] in ("ray", "bash")), argv  # Ray and the driver in the image, hostname on the host
+    if kind == "apptainer":
+        images = {argv[argv.index("--pwd") + 2] for tool, _, _, argv in calls if tool == "apptainer"}
+        assert images == {"/shared/verl.sif"}
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe,
+                             **slurm_env(tmp_path, CONTAINER_IMAGE="a", APPTAINER_IMAGE="b"))
+    assert proc.returncode == 1 and "not both" in proc.stderr and not [c for c in calls if c[0] == "srun"]
+
+
+def test_slurm_requeues_when_the_watchdog_ends_the_run(stubs, tmp_path):
+    recipe = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
+    text = (ROOT / SLURM).read_text()
+    assert "#SBATCH --requeue" in text and "#SBATCH --open-mode=append" in text  # the log survives a requeue
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path, STUB_PYTHON_EXIT=3))
+    assert proc.returncode == 3 and "requeueing job 4242 (restart 1 of 3)" in proc.stderr
+    assert [argv for tool, _, _, argv in calls if tool == "scontrol" and argv[0] == "requeue"] == [["requeue", "4242"]]
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe,
+                             **slurm_env(tmp_path, STUB_PYTHON_EXIT=3, SLURM_RESTART_COUNT=3))
+    assert proc.returncode == 3 and "not requeued" in proc.stderr
+    assert not [argv for tool, _, _, argv in calls if tool == "scontrol" and argv[0] == "requeue"]
+    for status in (0, 1):  # success and other failures are not requeued
+        proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path, STUB_PYTHON_EXIT=status))
+        assert proc.returncode == status
+        assert not [argv for tool, _, _, argv in calls if tool == "scontrol" and argv[0] == "requeue"]
+    # the recipes resume from the newest checkpoint on the requeued start
+    assert "trainer.resume_mode=auto" in (ROOT / "recipes/dapo/common.sh").read_text()
 
 
 def test_slurm_head_address_is_ipv4_not_loopback(stubs, tmp_path):
     recipe = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
-    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **{**SLURM_ENV, "STUB_IPS": "127.0.1.1 fe80::1 10.9.8.7 10.0.0.5"})
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path, STUB_IPS="127.0.1.1 fe80::1 10.9.8.7 10.0.0.5"))
     assert proc.returncode == 0, proc.stderr
     (driver,) = [c for c in calls if c[0] == "python3"]
     assert driver[1] == "10.9.8.7:6379"
-    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **{**SLURM_ENV, "STUB_IPS": "127.0.1.1 fe80::1"})
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path, STUB_IPS="127.0.1.1 fe80::1"))
     assert proc.returncode == 1 and "no non-loopback IPv4 address on node01: set HEAD_IP" in proc.stderr
     assert not [c for c in calls if c[0] == "ray"]
-    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **{**SLURM_ENV, "SLURM_CPUS_ON_NODE": ""})
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path, SLURM_CPUS_ON_NODE=""))
     assert proc.returncode == 1 and "set RAY_CPUS" in proc.stderr and not calls
 
 
@@ -539,7 +677,7 @@ def test_slurm_exports_nccl_settings_to_every_ray_node(stubs, tmp_path):
     ray.chmod(0o755)
     path = f"{extra}:{stubs}:{os.environ['PATH']}"
     proc, _ = run_script(stubs, tmp_path, SLURM, RECIPE="recipes/dapo/run_dapo_token_qwen2.5_32b.sh",
-                         PATH=path, STUBS_DIR=stubs, NCCL_SOCKET_IFNAME="ib0", **SLURM_ENV)
+                         PATH=path, STUBS_DIR=stubs, NCCL_SOCKET_IFNAME="ib0", **slurm_env(tmp_path))
     assert proc.returncode == 0, proc.stderr
     seen = (tmp_path / "ray_env").read_text().splitlines()
     for line in ("TORCH_NCCL_AVOID_RECORD_STREAMS=1", "NCCL_CUMEM_ENABLE=0", "NCCL_SOCKET_IFNAME=ib0"):

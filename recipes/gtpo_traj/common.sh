@@ -60,6 +60,8 @@ val_n=${VAL_N:-8}                                # pass@k / maj@k up to k = VAL_
 
 # ---- cluster, logging, performance ----
 NNODES=${NNODES:-1}
+# TransferQueue storage units: verl asks for at least 2 per node (its default, 8, is 4 nodes' worth)
+tq_storage_units=${TQ_STORAGE_UNITS:-$((2 * NNODES > 8 ? 2 * NNODES : 8))}
 N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-8}
 PROJECT_NAME=${PROJECT_NAME:-GTPO-trajectory}
 CKPTS_DIR=${CKPTS_DIR:-"${RAY_DATA_HOME}/ckpts/${PROJECT_NAME}/${EXP_NAME}"}
@@ -122,6 +124,7 @@ paper_a_main() {
         trainer.experiment_name="${EXP_NAME}" \
         trainer.n_gpus_per_node="${N_GPUS_PER_NODE}" \
         trainer.nnodes="${NNODES}" \
+        transfer_queue.backend.SimpleStorage.num_data_storage_units="${tq_storage_units}" \
         trainer.val_before_train=True \
         trainer.test_freq="${TEST_FREQ}" \
         trainer.save_freq="${SAVE_FREQ}" \
