@@ -1,7 +1,9 @@
 # make demo: the CPU end-to-end demo (docs/cpu_demo.md); make demo-cluster: the same stack on a
 # two-node Ray cluster on this machine, with the entropy audit; make study: the seeded toy-scale
-# study (docs/results.md, ~3 h on 2 cores); make test: the test suite
-.PHONY: demo demo-cluster study test
+# study (docs/results.md, ~3 h on 2 cores); make test: the test suite; make check-latest: the test
+# and demo environments rebuilt with the newest allowed versions, smoke-tested, and compared with
+# the committed pins (requirements/, not in CI)
+.PHONY: demo demo-cluster study test check-latest
 
 demo:
 	bash examples/cpu_demo/setup_venv.sh
@@ -17,3 +19,6 @@ study:
 
 test:
 	.venv/bin/python -m pytest
+
+check-latest:
+	bash requirements/check_latest.sh

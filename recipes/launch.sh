@@ -12,6 +12,9 @@
 #   DRY_RUN=1         print the resolved command (every variable expanded, quoted for bash) and exit 0.
 #   DRY_RUN=config    print the composed trainer config for these overrides (Hydra `--cfg job`) and exit;
 #                     needs gtpo_verl installed where it runs, no GPU.
+#   RAY_AUTH_MODE=token  a cluster with Ray token authentication: `ray job submit` and the driver present
+#                     the token from RAY_AUTH_TOKEN, the file RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (Ray's
+#                     order); launch_main stops with a clear error when none is there.
 #   DRY_RUN=preflight run `python3 -m gtpo_verl.preflight` with these overrides and exit with its status:
 #                     every node of the cluster checked, one line per check. With LAUNCHER=ray and
 #                     RAY_ADDRESS set it is submitted as a Ray job like the run (same runtime env,
@@ -55,6 +58,21 @@ print_command() {
     printf '\n'
 }
 
+# With RAY_AUTH_MODE=token, the token this shell hands to `ray job submit` / the driver must exist
+# (Ray's order: RAY_AUTH_TOKEN, then the file RAY_AUTH_TOKEN_PATH, then ~/.ray/auth_token).
+check_ray_token() {
+    [[ "${RAY_AUTH_MODE:-}" == token ]] || return 0
+    [[ -n "${RAY_AUTH_TOKEN:-}" ]] && return 0
+    if [[ -n "${RAY_AUTH_TOKEN_PATH:-}" ]]; then
+        [[ -s "${RAY_AUTH_TOKEN_PATH}" && -r "${RAY_AUTH_TOKEN_PATH}" ]] && return 0
+        echo "RAY_AUTH_MODE=token but RAY_AUTH_TOKEN_PATH=${RAY_AUTH_TOKEN_PATH} is missing, empty or unreadable: point it at the cluster's token file (recipes/slurm/ray_on_slurm.sbatch writes one per job), or set RAY_AUTH_TOKEN." >&2
+        return 2
+    fi
+    [[ -s "${HOME}/.ray/auth_token" ]] && return 0
+    echo "RAY_AUTH_MODE=token but this shell has no Ray token (no RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token): export RAY_AUTH_TOKEN_PATH=<the cluster's token file>, the one its \`ray start\` used." >&2
+    return 2
+}
+
 # launch_main OVERRIDE...: start (or print) `python3 -m gtpo_verl.main OVERRIDE...` with LAUNCHER.
 launch_main() {
     local -a main=(python3 -m gtpo_verl.main "$@") cmd=()
@@ -88,7 +106,7 @@ launch_main() {
         ;;
     esac
     case "${DRY_RUN}" in
-    0 | preflight) "${cmd[@]}" ;;
+    0 | preflight) check_ray_token && "${cmd[@]}" ;;
     config) "${main[@]}" --cfg job ;;
     *)
         echo "# DRY_RUN=${DRY_RUN}: nothing launched. ${0##*/} with LAUNCHER=${LAUNCHER} runs:"

@@ -785,3 +785,23 @@ def test_verl_pin():
     pin = (RECIPES_DIR / "REQUIRED_VERL.txt").read_text().splitlines()[0].strip()
     assert pin == f"verl=={verl.__version__}" == "verl==0.9.1"
     assert 'verl[verl-core]==0.9.1"' in (ROOT / "setup.py").read_text()
+
+
+def test_launch_hands_the_token_to_ray_job_submit(stubs, tmp_path):
+    """RAY_AUTH_MODE=token: the submission sees the token settings; without a token it stops first."""
+    script = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
+    token = tmp_path / "auth_token"
+    token.write_text("ab" * 32)
+    log = tmp_path / "auth.log"
+    proc, calls = run_script(stubs, tmp_path, script, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token, STUB_ENV_LOG=log)
+    assert proc.returncode == 0, proc.stderr
+    assert calls[0][0] == "ray" and calls[0][3][:2] == ["job", "submit"]
+    assert log.read_text().split()[:5] == ["ray", "job", "host", "token", str(token)]
+    for env, why in (({}, "this shell has no Ray token"),
+                     ({"RAY_AUTH_TOKEN_PATH": tmp_path / "absent"}, "is missing, empty or unreadable")):
+        proc, calls = run_script(stubs, tmp_path, script, RAY_AUTH_MODE="token", **env)
+        assert proc.returncode == 2 and why in proc.stderr and not calls, proc.stderr
+    proc, calls = run_script(stubs, tmp_path, script, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="cd" * 32)
+    assert proc.returncode == 0 and calls[0][3][:2] == ["job", "submit"]
+    proc, calls = run_script(stubs, tmp_path, script, RAY_AUTH_MODE="token", DRY_RUN=1)  # printing needs no token
+    assert proc.returncode == 0 and not calls

@@ -9,6 +9,12 @@ Starts a head and a worker node with `ray start` (each one fake GPU and its own 
 `node_a` / `node_b`; Ray state in a private temp dir, so no other Ray instance on the machine
 finds or joins it), submits the job, checks the audit, writes OUT/summary.json, and tears down
 exactly the processes it started (never `ray stop`). Exits non-zero when a check fails.
+
+Ray token authentication (`--auth token`, the default; Ray >= 2.52): the run writes its own token
+(mode 0600, in the private temp dir) and hands it to both `ray start`s, the job submission and the
+state queries through RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH; nothing is read from or written
+to ~/.ray, so it works from a fresh HOME whichever Ray is installed. It then checks that a client
+without the token is refused by the cluster and by the job API. `--auth disabled` runs without.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -23,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -141,6 +150,34 @@ def wait_for_nodes(gcs: str, dashboard: str, env: dict, count: int, timeout: flo
         time.sleep(3)
 
 
+def ray_version() -> tuple[int, ...]:
+    import importlib.metadata
+
+    return tuple(int(p) for p in importlib.metadata.version("ray").split(".")[:2])
+
+
+def write_token(folder: str) -> str:
+    """A fresh cluster token (as `ray get-auth-token --generate` makes one) in a file only its owner reads."""
+    path = os.path.join(folder, "auth_token")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return path
+
+
+def refused_without_token(gcs: str, dashboard: str, env: dict, scratch: str) -> dict:
+    """What the cluster answers a client that holds no token: `ray status`, and the job API over HTTP."""
+    bare = {k: v for k, v in env.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+    bare["HOME"] = scratch  # no ~/.ray/auth_token to fall back on
+    status = subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "status", f"--address={gcs}"],
+                            env=bare, capture_output=True, text=True, timeout=120)
+    try:
+        code = urllib.request.urlopen(f"{dashboard}/api/jobs/", timeout=30).status
+    except urllib.error.HTTPError as exc:
+        code = exc.code
+    return {"ray_status_exit": status.returncode, "job_api_http_status": code}
+
+
 def job_overrides(args, out: str, data_dir: str, model_dir: str, audit_dir: str) -> list[str]:
     """The job's Hydra overrides: DAPO_TOKEN as in the single-node demo, the cluster shape, the audit."""
     audit_steps = sorted({2, args.steps}) if args.steps >= 2 else [1]
@@ -184,6 +221,8 @@ def parse_args(argv=None):
     parser.add_argument("--mini-batch", type=int, default=4, help="ppo_mini_batch_size (prompts)")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--timeout", type=int, default=1200, help="seconds for the job")
+    parser.add_argument("--auth", choices=("token", "disabled"), default="token",
+                        help="Ray token authentication for the cluster (token needs Ray >= 2.52)")
     return parser.parse_args(argv)
 
 
@@ -214,12 +253,20 @@ def main() -> int:
         f.write(f'#!/bin/sh\nexec "{sys.executable}" -m ray.scripts.scripts "$@"\n')
     os.chmod(os.path.join(shim, "ray"), 0o755)
     path = os.pathsep.join([shim, os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    env = dict(os.environ, PATH=path)
-    env.pop("RAY_ADDRESS", None)
-    env["RAY_AUTH_MODE"] = "token"  # `ray start` enables token auth; every client here must present the token
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+    env["PATH"] = path
+    env["RAY_AUTH_MODE"] = args.auth  # set either way: some Ray releases turn token auth on by default
+    if args.auth == "token":
+        if ray_version() < (2, 52):
+            print(f"--auth token needs Ray >= 2.52 (this is {'.'.join(map(str, ray_version()))}): "
+                  "install the pins (requirements/cpu-demo.txt) or pass --auth disabled", file=sys.stderr)
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            return 2
+        # every process of the run reads this file: the nodes, the job's workers, the submission
+        env["RAY_AUTH_TOKEN_PATH"] = write_token(temp_dir)
     common = ["--num-cpus=16", "--num-gpus=1", "--block", "--disable-usage-stats"]  # logical CPUs (see the CPU preset)
     nodes: list[subprocess.Popen] = []
-    summary: dict = {"run": RUN, "steps": args.steps}
+    summary: dict = {"run": RUN, "steps": args.steps, "auth": {"mode": args.auth}}
     failures: list[str] = []
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
@@ -236,6 +283,7 @@ def main() -> int:
                  f"--dashboard-agent-listen-port={free_port()}", *common],  # two agents on one machine: own ports
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
         before = wait_for_nodes(gcs, dashboard, env, 2, 180)
+        summary["auth"].update(refused_without_token(gcs, dashboard, env, temp_dir))
 
         job_env = dict(CPU_ENV, VERL_FILE_LOGGER_PATH=metrics_path, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
         submit_env = dict(env, RAY_ADDRESS=f"http://127.0.0.1:{dashboard_port}",
@@ -314,6 +362,11 @@ def main() -> int:
         "audit passed": bool(summary["audit"].get("passed")),
         "teardown left no process": summary["teardown_processes_left"] == 0,
     }
+    if args.auth == "token":  # a client without the token gets nothing: neither the cluster nor the job API
+        checks["unauthenticated client refused"] = (summary["auth"].get("ray_status_exit", 0) != 0
+                                                    and summary["auth"].get("job_api_http_status") == 401)
+    else:  # and off means off: the job API answers anyone
+        checks["auth off: job API open"] = summary["auth"].get("job_api_http_status") == 200
     failures += [f"check failed: {name}" for name, ok in checks.items() if not ok]
     summary["checks"] = checks
     summary["wall_s"] = round(time.time() - started, 1)
