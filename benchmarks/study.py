@@ -378,6 +378,45 @@ def old_rule_null_rate(seeds: int = 3, draws: int = 200_000, seed: int = 0, ddof
     return float(np.mean(gap > a.std(1, ddof=ddof) + b.std(1, ddof=ddof)))
 
 
+ENTROPY_LOSS = 1 / 3  # "lost a third of its entropy": 1 − last 20 % / first 20 % ≥ this (token-mean entropy)
+
+
+def run_signatures(runs: dict, val_n: int) -> dict:
+    """Per method and seed, the two collapse signatures read on the token-mean entropy
+    (``gtpo/entropy/batch_mean``, one aggregation for every method) over the first → last 20 % of steps:
+    ``entropy_collapse`` (lost ≥ ENTROPY_LOSS of it) and ``flattening`` (Paper A's policy collapse: entropy
+    rose while the training reward fell); and whether the run's best validation pass@n is its step-0 value
+    (before any update). Counts per method alongside; the largest |actor/entropy − token-mean entropy|
+    per method says how far the aggregation modes differ."""
+    out = {}
+    for method, seeds in runs.items():
+        per_seed = {}
+        for s, record in seeds.items():
+            e = run_endpoints(record, val_n)
+            first, last = e.get("token_mean_entropy first 20%"), e.get("token_mean_entropy last 20%")
+            dr = e["reward last 20%"] - e["reward first 20%"] if "reward last 20%" in e else None
+            de = last - first if first is not None and last is not None else None
+            passes = [v for v in record["validation"].get(f"pass@{val_n}", []) if v is not None]
+            per_seed[s] = {
+                "entropy_change": de, "reward_change": dr,
+                "entropy_collapse": bool(first and last is not None and 1 - last / first >= ENTROPY_LOSS),
+                "flattening": bool(de is not None and dr is not None and de > 0 and dr < 0),
+                "best_pass_at_n_is_step0": bool(passes and passes[0] == max(passes)),
+            }
+        gaps = [abs(a - b) for r in seeds.values()
+                for a, b in zip(r["train"].get("actor_entropy", []), r["train"].get("token_mean_entropy", []))
+                if a is not None and b is not None]
+        out[method] = {
+            "per_seed": per_seed,
+            **{f"{k}_seeds": sum(v[k] for v in per_seed.values())
+               for k in ("entropy_collapse", "flattening", "best_pass_at_n_is_step0")},
+            "entropy_rose_seeds": sum((v["entropy_change"] or 0) > 0 for v in per_seed.values()),
+            "reward_fell_seeds": sum((v["reward_change"] or 0) < 0 for v in per_seed.values()),
+            "max_actor_vs_token_mean_entropy": max(gaps) if gaps else None,
+        }
+    return out
+
+
 def verdicts(runs: dict, val_n: int) -> dict:
     """Every claim in CLAIMS scored by the fixed rule: per-seed endpoints paired by seed, exact two-sided
     Wilcoxon signed-rank test (and the sign test), mean paired difference with a seeded bootstrap 95 %
@@ -428,6 +467,7 @@ def verdicts(runs: dict, val_n: int) -> dict:
     pairs = [(a, b) for i, a in enumerate(methods) for b in methods[i + 1:]]
     seeds = max((len(s) for s in runs.values()), default=0)
     return {
+        "runs": run_signatures(runs, val_n),
         "rule": "per-seed endpoints paired by seed; exact two-sided Wilcoxon signed-rank (sign test alongside), "
                 f"alpha {ALPHA}, Holm across claims; mean paired difference with a {BOOTSTRAP_RESAMPLES}-resample "
                 f"seeded (seed {BOOTSTRAP_SEED}) percentile bootstrap 95 % interval; MDE at {POWER:.0%} power",

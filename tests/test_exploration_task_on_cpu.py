@@ -165,6 +165,10 @@ def test_study_rescores_a_results_file_without_metrics_files(tmp_path):
     assert (tmp_path / "table.md").read_text().startswith("| method | seeds |")
     assert "| B: entropy rises under GTPO (vs DAPO) |" in (tmp_path / "verdicts.md").read_text()
     assert results["verdicts"]["old_rule_step0_pass1"]["pairs"] == 1
+    token = results["verdicts"]["runs"]["DAPO_TOKEN"]
+    assert token["entropy_rose_seeds"] == 3 and token["flattening_seeds"] == 0  # entropy rose, reward flat
+    assert token["best_pass_at_n_is_step0_seeds"] == 3  # 0.9 at step 0 > 0.85 at the end
+    assert token["max_actor_vs_token_mean_entropy"] == pytest.approx(0.01)
 
 
 def test_study_old_rule_flags_noise():
