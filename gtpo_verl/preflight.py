@@ -35,6 +35,7 @@ import hydra
 from omegaconf import OmegaConf
 
 from gtpo_verl import node_probe
+from gtpo_verl.ray_auth import token_source
 
 REQUIRED_VERL = "0.9.1"  # recipes/REQUIRED_VERL.txt
 # GPU stack pins of verl 0.9.1's `[vllm]` extra (read from verl's own metadata when available)
@@ -176,17 +177,6 @@ class ClusterRefused(Exception):
         if "AuthenticationError" not in self.reason and mode != "token":
             detail += "; a cluster started with RAY_AUTH_MODE=token drops clients that present no token"
         return Check("Ray cluster", False, detail, AUTH_FIX + "; or check that the head is up at that address")
-
-
-def token_source() -> Optional[str]:
-    """Where Ray would read this process's token from (its order), or None when there is none."""
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        return "RAY_AUTH_TOKEN"
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
-    if path:
-        return f"RAY_AUTH_TOKEN_PATH={path}"
-    default = os.path.expanduser("~/.ray/auth_token")
-    return default if os.path.isfile(default) else None
 
 
 GCS_CHECK = """

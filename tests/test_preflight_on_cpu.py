@@ -269,3 +269,24 @@ def test_pins_are_verls_and_documented():
     assert text.splitlines()[0] == f"verl=={preflight.REQUIRED_VERL}"
     for name, version in pins.items():
         assert re.search(rf"^\s+{name}=={re.escape(version)}$", text, re.M), name
+
+
+def test_token_file_and_source(tmp_path, monkeypatch):
+    from gtpo_verl.ray_auth import token_source, write_token
+
+    path = write_token(str(tmp_path))
+    assert (Path(path).stat().st_mode & 0o777) == 0o600
+    assert re.fullmatch(r"[0-9a-f]{64}", Path(path).read_text())  # 256 bits, as Ray generates them
+    with pytest.raises(FileExistsError):  # never overwrites a cluster's token
+        write_token(str(tmp_path))
+    for key in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert token_source() is None
+    (tmp_path / "home" / ".ray").mkdir(parents=True)
+    (tmp_path / "home" / ".ray" / "auth_token").write_text("x")
+    assert token_source() == str(tmp_path / "home" / ".ray" / "auth_token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", path)
+    assert token_source() == f"RAY_AUTH_TOKEN_PATH={path}"  # Ray's order: the variable, then the file, then ~/.ray
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "abc")
+    assert token_source() == "RAY_AUTH_TOKEN"

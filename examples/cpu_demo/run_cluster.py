@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -38,6 +37,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 from run_demo import DAPO, RUNS, prepare_task, read_metrics  # noqa: E402
+
+from gtpo_verl.ray_auth import write_token  # noqa: E402
 
 RUN = "DAPO_TOKEN"
 # `ray_init` must not size an existing cluster (Ray refuses num_cpus/num_gpus when connecting)
@@ -154,15 +155,6 @@ def ray_version() -> tuple[int, ...]:
     import importlib.metadata
 
     return tuple(int(p) for p in importlib.metadata.version("ray").split(".")[:2])
-
-
-def write_token(folder: str) -> str:
-    """A fresh cluster token (as `ray get-auth-token --generate` makes one) in a file only its owner reads."""
-    path = os.path.join(folder, "auth_token")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32))
-    return path
 
 
 def refused_without_token(gcs: str, dashboard: str, env: dict, scratch: str) -> dict:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -19,6 +18,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
+
+from gtpo_verl.ray_auth import write_token
 
 PYTHON_BIN = str(Path(sys.executable).parent)
 
@@ -106,15 +107,6 @@ def _kill_processes_of(session_root: str) -> None:
     for p in alive:
         with contextlib.suppress(psutil.Error):
             p.kill()
-
-
-def write_token(folder: str) -> str:
-    """A fresh cluster token in a file only its owner can read (what `ray get-auth-token --generate` writes)."""
-    path = os.path.join(folder, "auth_token")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32))
-    return path
 
 
 @contextlib.contextmanager
