@@ -68,6 +68,20 @@ def markdown_table(payload: dict[str, Any]) -> str:
         lo, hi = row["ci95"]
         lines.append(f"| {row['method']} | {row['task']} | {row['endpoint']} | {_fmt(row['mean_difference'])} [{_fmt(lo)}, {_fmt(hi)}] | "
                      f"{_fmt(row['p'], 4)} | {_fmt(row['p_holm'], 4)} | {row['verdict']} |")
+    health = payload.get("health")
+    if health:
+        lines += ["", "### Health: silent terms (mean over seeds of the per-run mean; ≥ threshold = the term does little)", "",
+                  "| task/method | metric | mean | threshold | past threshold |", "|---|---|---|---|---|"]
+        for key, metrics in sorted(health["silent_terms"].items()):
+            for name, row in metrics.items():
+                lines.append(f"| {key} | {name} | {_fmt(row['mean'])} | {row['threshold']} | {'yes' if row['past_threshold'] else 'no'} |")
+        lines += ["", "### Health: the entropy watch replayed on every run (degrading = pass@16 below 0.8 × its best)", "",
+                  "| direction | ratio | degrading runs | warned before | missed | median lead (steps) | false alarms / non-degrading runs |",
+                  "|---|---|---|---|---|---|---|"]
+        for row in health["entropy_watch"]:
+            lead = "–" if row["median_lead_steps"] is None else f"{row['median_lead_steps']:.0f}"
+            lines.append(f"| {row['direction']} | {row['ratio']} | {row['degrading_runs']} | {row['detected_before']} | {row['missed']} | "
+                         f"{lead} | {row['false_alarms']} / {row['non_degrading_runs']} |")
     return "\n".join(lines) + "\n"
 
 

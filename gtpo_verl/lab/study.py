@@ -90,7 +90,12 @@ def rebuild(args: argparse.Namespace) -> dict[str, Any]:
     from gtpo_verl.lab.train import LabSize
 
     with open(args.from_runs) as f:
-        runs = [json.loads(line) for line in f if line.strip()]
+        original = None
+        if args.from_runs.endswith(".json"):  # a finished study's results.json: keep its timing
+            original = json.load(f)
+            runs = original["runs"]
+        else:
+            runs = [json.loads(line) for line in f if line.strip()]
     methods = resolve_methods(args.methods)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     complete = sorted(s for s in {r["seed"] for r in runs}
@@ -102,7 +107,10 @@ def rebuild(args: argparse.Namespace) -> dict[str, Any]:
     size = LabSize(steps=steps, eval_every=args.eval_every or DEFAULT["eval_every"], prompts=args.prompts, group=args.group)
     wall = max(sum(r["wall_s"] for r in runs) / max(args.workers, 1), 1e-9)
     payload = build_payload(runs, methods, tasks, complete, size, wall, args.workers)
-    payload["wall_s_note"] = "rebuilt from a runs file: wall_s is the sum of per-run wall times divided by the workers"
+    if original is not None:
+        payload.update({k: original[k] for k in ("wall_s", "steps_per_s", "machine", "quick")})
+    else:
+        payload["wall_s_note"] = "rebuilt from a runs file: wall_s is the sum of per-run wall times divided by the workers"
     write_results(os.path.join(args.out, "results.json"), payload)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(markdown_table(payload))
@@ -176,6 +184,7 @@ def build_payload(runs, methods, tasks, seeds, size, wall_s, workers, quick=Fals
     from gtpo_verl.lab.policy import TinyCausalLM, parameter_count
     from gtpo_verl.lab.tasks import VOCAB
     from gtpo_verl.lab.train import size_dict
+    from gtpo_verl.lab.health import entropy_watch_calibration, silent_terms
     from gtpo_verl.lab.verdicts import endpoints, verdicts
 
     for run in runs:
@@ -197,6 +206,7 @@ def build_payload(runs, methods, tasks, seeds, size, wall_s, workers, quick=Fals
         "steps_per_s": round(steps_total / wall_s, 2) if wall_s > 0 else None,
         "runs": runs,
         "verdicts": verdicts(runs),
+        "health": {"silent_terms": silent_terms(runs), "entropy_watch": entropy_watch_calibration(runs)},
     }
 
 
