@@ -47,16 +47,18 @@ def markdown_table(payload: dict[str, Any]) -> str:
                 sd = values.std(ddof=1) if values.size > 1 else float("nan")
                 return f"{_fmt(values.mean())} ± {_fmt(sd)}"
 
-            def health(name):
+            def health(name, digits=3):
                 values = [np.nanmean(r["curves"][name]) for r in by_key[key] if np.isfinite(r["curves"][name]).any()]
-                return _fmt(float(np.mean(values))) if values else "–"
+                return _fmt(float(np.mean(values)), digits) if values else "–"
 
             states = ", ".join(f"{k} {v}" for k, v in sorted(verdicts["end_states"][key].items()))
             lines.append(f"| {method} | {len(ends)} | {stat('pass@1')} | {stat('pass@16')} | {stat('entropy')} | {stat('length')} | "
-                         f"{stat('drawdown')} | {health('clipfrac')} | {health('all_equal_frac')} | {health('delta_filtered_frac')} | "
+                         f"{stat('drawdown')} | {health('clipfrac', 4)} | {health('all_equal_frac')} | {health('delta_filtered_frac')} | "
                          f"{health('bonus_clipped_frac')} | {states} |")
         lines.append("")
-    lines += ["### Verdicts (primary claims, Holm over all of them)", "",
+    lines += ["Mean ± sample std over seeds of each run's endpoint; clipfrac, all-equal groups, δ filtered and bonus clipped are",
+              "run means averaged over seeds.", "",
+              "### Verdicts (primary claims, Holm over all of them)", "",
               "| claim | task | endpoint | seeds | test | mean diff [95 % CI] | p | p (Holm) | verdict |", "|---|---|---|---|---|---|---|---|---|"]
     for row in verdicts["primary"]:
         lo, hi = row["ci95"]

@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (one torch thread each)")
     p.add_argument("--out", default="outputs/lab")
     p.add_argument("--no-figures", action="store_true")
+    p.add_argument("--wall-s", type=float, help="with --from-runs: the study's measured wall time in seconds")
+    p.add_argument("--label", default="", help="a description stored in results.json (e.g. what an interrupted study covers)")
     p.add_argument("--from-runs", metavar="JSONL", help="rebuild results.json, table and figures from a runs file (e.g. an interrupted study's runs.partial.jsonl)")
     return p
 
@@ -109,8 +111,12 @@ def rebuild(args: argparse.Namespace) -> dict[str, Any]:
     payload = build_payload(runs, methods, tasks, complete, size, wall, args.workers)
     if original is not None:
         payload.update({k: original[k] for k in ("wall_s", "steps_per_s", "machine", "quick")})
+    elif args.wall_s:
+        payload["wall_s"] = round(args.wall_s, 1)
+        payload["steps_per_s"] = round(payload["steps_total"] / args.wall_s, 2)
     else:
         payload["wall_s_note"] = "rebuilt from a runs file: wall_s is the sum of per-run wall times divided by the workers"
+    payload["label"] = args.label
     write_results(os.path.join(args.out, "results.json"), payload)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(markdown_table(payload))
