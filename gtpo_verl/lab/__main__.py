@@ -1,7 +1,7 @@
 """``python -m gtpo_verl.lab``: train every method on every task over paired seeds; write results.json,
 the table and the figures, with verdicts by the fixed rule of ``gtpo_verl/lab/verdicts.py`` (docs/lab.md).
 
-    python -m gtpo_verl.lab --quick                      # 3 seeds × 30 steps: a smoke run
+    python -m gtpo_verl.lab --quick                      # 3 seeds × 20 steps: a smoke run
     python -m gtpo_verl.lab                              # the default study (10 seeds × 10 methods × 400 steps × 2 tasks)
     python -m gtpo_verl.lab --methods DAPO,my_estimator,grpo+entropy_advantage --seeds 5
 """

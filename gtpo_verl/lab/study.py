@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-QUICK = dict(seeds=3, steps=30, eval_every=10)
+QUICK = dict(seeds=3, steps=20, eval_every=10)
 DEFAULT = dict(seeds=10, steps=400, eval_every=25)
 
 
