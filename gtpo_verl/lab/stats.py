@@ -1,0 +1,117 @@
+"""Paired statistics on per-seed endpoints: exact sign test, Wilcoxon signed-rank (exact), Holm, bootstrap CI.
+
+Pure numpy/math (no scipy needed). Each test takes the paired differences d_s = x_s − y_s of
+one seed's endpoint under a method and under its baseline; zero differences are dropped, as
+both tests conventionally do.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+ZERO_TOLERANCE = 1e-12  # |d| below this counts as a tie (float endpoints of identical runs)
+
+
+def _nonzero(differences: Sequence[float]) -> np.ndarray:
+    d = np.asarray(differences, dtype=np.float64)
+    return d[np.abs(d) > ZERO_TOLERANCE]
+
+
+def sign_test(differences: Sequence[float]) -> float:
+    """Two-sided exact sign-test p-value: 2·P(Bin(n, ½) ≤ min(#pos, #neg)), capped at 1; 1 when n = 0."""
+    d = _nonzero(differences)
+    n = d.size
+    if n == 0:
+        return 1.0
+    k = int(min((d > 0).sum(), (d < 0).sum()))
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
+    return min(1.0, 2.0 * tail)
+
+
+def wilcoxon_signed_rank(differences: Sequence[float]) -> float:
+    """Two-sided exact Wilcoxon signed-rank p-value (average ranks for ties in |d|); 1 when n = 0.
+
+    The null distribution of W+ is enumerated over all 2^n sign patterns for n ≤ 20; above that
+    the normal approximation with tie correction is used.
+    """
+    d = _nonzero(differences)
+    n = d.size
+    if n == 0:
+        return 1.0
+    magnitude = np.abs(d)
+    order = np.argsort(magnitude, kind="stable")
+    ranks = np.empty(n)
+    sorted_mag = magnitude[order]
+    i = 0
+    while i < n:  # average ranks over tied magnitudes
+        j = i
+        while j + 1 < n and abs(sorted_mag[j + 1] - sorted_mag[i]) <= ZERO_TOLERANCE:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2.0 + 1.0
+        i = j + 1
+    w_plus = float(ranks[d > 0].sum())
+    total = float(ranks.sum())
+    if n <= 20:
+        doubled = (2 * ranks).astype(np.int64)  # average ranks are multiples of ½
+        counts = np.zeros(int(doubled.sum()) + 1)
+        counts[0] = 1.0
+        for r in doubled:  # distribution of 2·W+ by dynamic programming over signs
+            shifted = np.zeros_like(counts)
+            shifted[r:] = counts[: counts.size - r]
+            counts = counts + shifted
+        counts /= counts.sum()
+        observed = int(round(2 * w_plus))
+        mirrored = int(round(2 * (total - w_plus)))
+        low, high = min(observed, mirrored), max(observed, mirrored)
+        p = counts[: low + 1].sum() + counts[high:].sum() if low != high else 1.0
+        return float(min(1.0, p))
+    mean = total / 2.0
+    _, tie_counts = np.unique(ranks, return_counts=True)
+    var = n * (n + 1) * (2 * n + 1) / 24.0 - (tie_counts**3 - tie_counts).sum() / 48.0
+    z = (abs(w_plus - mean) - 0.5) / math.sqrt(var) if var > 0 else 0.0
+    return float(min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2.0))))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values (step-down, monotone, capped at 1), in the input order."""
+    p = np.asarray(p_values, dtype=np.float64)
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    adjusted = np.empty(m)
+    running = 0.0
+    for rank, idx in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[idx]))
+        adjusted[idx] = running
+    return adjusted.tolist()
+
+
+def bootstrap_mean_ci(differences: Sequence[float], seed: int = 0, resamples: int = 10_000, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean paired difference (seeds resampled with replacement)."""
+    d = np.asarray(differences, dtype=np.float64)
+    if d.size == 0:
+        return (float("nan"), float("nan"))
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, d.size, size=(resamples, d.size))].mean(axis=1)
+    alpha = (1.0 - level) / 2.0
+    return (float(np.quantile(means, alpha)), float(np.quantile(means, 1.0 - alpha)))
+
+
+def seeds_for_power(differences: Sequence[float], alpha: float = 0.05, power: float = 0.8, effect: float | None = None) -> int:
+    """Paired seeds needed to detect ``effect`` (default: the pilot's mean difference) by a two-sided z approximation.
+
+    n = ((z_{1−α/2} + z_{power}) · sd / effect)², with sd the pilot's sample std of the differences.
+    """
+    d = np.asarray(differences, dtype=np.float64)
+    sd = float(d.std(ddof=1)) if d.size > 1 else float("nan")
+    effect = abs(float(d.mean())) if effect is None else abs(effect)
+    if not (sd > 0 and effect > 0):
+        return 0
+    z = {0.05: 1.959964, 0.01: 2.575829}.get(alpha, 1.959964)
+    z_power = {0.8: 0.841621, 0.9: 1.281552}.get(power, 0.841621)
+    return int(math.ceil(((z + z_power) * sd / effect) ** 2))
+
+
+__all__ = ["sign_test", "wilcoxon_signed_rank", "holm", "bootstrap_mean_ci", "seeds_for_power"]

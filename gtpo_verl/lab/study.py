@@ -1,0 +1,218 @@
+"""The lab study runner: a process pool over (task, seed) jobs, progress, results.json, table, figures."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing as mp
+import os
+import platform
+import sys
+import time
+from typing import Any
+
+QUICK = dict(seeds=3, steps=20, eval_every=10)
+DEFAULT = dict(seeds=10, steps=400, eval_every=25)
+
+
+def _parser() -> argparse.ArgumentParser:
+    from gtpo_verl.lab.methods import METHODS
+    from gtpo_verl.lab.tasks import TASKS
+
+    p = argparse.ArgumentParser(prog="python -m gtpo_verl.lab", description="Train the lab methods on the lab tasks over paired seeds; results.json, table, figures, verdicts (docs/lab.md).")
+    p.add_argument("--quick", action="store_true", help=f"small run: {QUICK}")
+    p.add_argument("--seeds", type=int, help=f"paired seeds 0..N-1 (default {DEFAULT['seeds']})")
+    p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument("--steps", type=int, help=f"RL steps per run (default {DEFAULT['steps']})")
+    p.add_argument("--eval-every", type=int, help="validation spacing in steps (default 25)")
+    p.add_argument("--methods", default=",".join(METHODS), help="lab methods, registered estimators, or estimator+transform")
+    p.add_argument("--tasks", default=",".join(TASKS))
+    p.add_argument("--prompts", type=int, default=8, help="prompts per training batch")
+    p.add_argument("--group", type=int, default=8, help="responses per prompt")
+    p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (one torch thread each)")
+    p.add_argument("--out", default="outputs/lab")
+    p.add_argument("--no-figures", action="store_true")
+    p.add_argument("--wall-s", type=float, help="with --from-runs: the study's measured wall time in seconds")
+    p.add_argument("--label", default="", help="a description stored in results.json (e.g. what an interrupted study covers)")
+    p.add_argument("--from-runs", metavar="JSONL", help="rebuild results.json, table and figures from a runs file (e.g. an interrupted study's runs.partial.jsonl)")
+    return p
+
+
+_QUEUE = None
+
+
+def _init_worker(queue) -> None:
+    global _QUEUE
+    import torch
+
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    import verl  # noqa: F401  (loads the plugin in the worker)
+
+    _QUEUE = queue
+
+
+def _job(args: tuple) -> list[dict]:
+    """All methods of one (task, seed): the warm start is computed once and shared."""
+    task_name, seed, method_names, size_kwargs = args
+    from gtpo_verl.lab.methods import resolve_methods
+    from gtpo_verl.lab.policy import PolicySize
+    from gtpo_verl.lab.tasks import TASKS
+    from gtpo_verl.lab.train import LabSize, train_run, warm_start
+
+    size = LabSize(**{**size_kwargs, "policy": PolicySize(**size_kwargs["policy"])})
+    task = TASKS[task_name]
+    weights = warm_start(task, seed, size)
+    runs = []
+    for method in resolve_methods(",".join(method_names)):
+        start = time.time()
+        run = train_run(method, task, seed, size, weights, on_step=lambda: _QUEUE.put(1))
+        run["wall_s"] = round(time.time() - start, 2)
+        runs.append(run)
+    return runs
+
+
+def _progress(done: int, total: int, start: float) -> None:
+    elapsed = time.time() - start
+    rate = done / elapsed if elapsed > 0 else 0.0
+    eta = (total - done) / rate if rate > 0 else float("inf")
+    width = 30
+    filled = int(width * done / max(total, 1))
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} steps  {rate:.1f} steps/s  "
+                     f"elapsed {elapsed / 60:.1f} min  eta {eta / 60:.1f} min ")
+    sys.stderr.flush()
+
+
+def rebuild(args: argparse.Namespace) -> dict[str, Any]:
+    """results.json, table and figures from finished runs only (seeds with every method on every task)."""
+    from gtpo_verl.lab.methods import resolve_methods
+    from gtpo_verl.lab.policy import PolicySize
+    from gtpo_verl.lab.report import figures, markdown_table, write_results
+    from gtpo_verl.lab.train import LabSize
+
+    with open(args.from_runs) as f:
+        original = None
+        if args.from_runs.endswith(".json"):  # a finished study's results.json: keep its timing
+            original = json.load(f)
+            runs = original["runs"]
+        else:
+            runs = [json.loads(line) for line in f if line.strip()]
+    methods = resolve_methods(args.methods)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    complete = sorted(s for s in {r["seed"] for r in runs}
+                      if sum(r["seed"] == s for r in runs) == len(methods) * len(tasks))
+    runs = [r for r in runs if r["seed"] in complete]
+    order = {m.name: i for i, m in enumerate(methods)}
+    runs.sort(key=lambda r: (r["task"], order[r["method"]], r["seed"]))
+    steps = len(runs[0]["curves"]["reward"])
+    size = LabSize(steps=steps, eval_every=args.eval_every or DEFAULT["eval_every"], prompts=args.prompts, group=args.group)
+    wall = max(sum(r["wall_s"] for r in runs) / max(args.workers, 1), 1e-9)
+    payload = build_payload(runs, methods, tasks, complete, size, wall, args.workers)
+    if original is not None:
+        payload.update({k: original[k] for k in ("wall_s", "steps_per_s", "machine", "quick")})
+    elif args.wall_s:
+        payload["wall_s"] = round(args.wall_s, 1)
+        payload["steps_per_s"] = round(payload["steps_total"] / args.wall_s, 2)
+    else:
+        payload["wall_s_note"] = "rebuilt from a runs file: wall_s is the sum of per-run wall times divided by the workers"
+    payload["label"] = args.label
+    write_results(os.path.join(args.out, "results.json"), payload)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(markdown_table(payload))
+    if not args.no_figures:
+        payload["figures"] = figures(payload, args.out)
+    return payload
+
+
+def run_study(args: argparse.Namespace) -> dict[str, Any]:
+    if args.from_runs:
+        return rebuild(args)
+    from gtpo_verl.lab.methods import resolve_methods
+    from gtpo_verl.lab.policy import parameter_count, TinyCausalLM
+    from gtpo_verl.lab.report import figures, markdown_table, write_results
+    from gtpo_verl.lab.tasks import TASKS, VOCAB
+    from gtpo_verl.lab.train import LabSize, size_dict
+    from gtpo_verl.lab.verdicts import verdicts
+
+    preset = QUICK if args.quick else DEFAULT
+    seeds = list(range(args.first_seed, args.first_seed + (args.seeds or preset["seeds"])))
+    size = LabSize(steps=args.steps or preset["steps"], eval_every=args.eval_every or preset["eval_every"],
+                   prompts=args.prompts, group=args.group)
+    methods = resolve_methods(args.methods)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise SystemExit(f"--tasks: unknown {unknown}; choose from {sorted(TASKS)}")
+    jobs = [(task, seed, [m.name for m in methods], size_dict(size)) for seed in seeds for task in tasks]
+    total = len(jobs) * len(methods) * size.steps
+    os.makedirs(args.out, exist_ok=True)
+    partial_path = os.path.join(args.out, "runs.partial.jsonl")
+    start = time.time()
+    runs: list[dict] = []
+    ctx = mp.get_context("spawn")
+    queue = ctx.Manager().Queue()
+    with ctx.Pool(args.workers, initializer=_init_worker, initargs=(queue,)) as pool, open(partial_path, "w") as partial:
+        pending = pool.imap_unordered(_job, jobs)
+        done = 0
+        finished = 0
+        while finished < len(jobs):
+            try:
+                batch = pending.next(timeout=0.5)
+                runs.extend(batch)
+                finished += 1
+                for run in batch:  # every finished run is on disk at once: an interrupted study keeps them
+                    partial.write(json.dumps(run) + "\n")
+                partial.flush()
+            except mp.TimeoutError:
+                pass
+            before = done
+            while not queue.empty():
+                done += queue.get()
+            if done != before or finished == len(jobs):
+                _progress(done, total, start)
+    sys.stderr.write("\n")
+    wall = time.time() - start
+    order = {m.name: i for i, m in enumerate(methods)}
+    runs.sort(key=lambda r: (r["task"], order[r["method"]], r["seed"]))
+    payload = build_payload(runs, [m for m in methods], tasks, seeds, size, wall, args.workers, quick=args.quick)
+    write_results(os.path.join(args.out, "results.json"), payload)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(markdown_table(payload))
+    if not args.no_figures:
+        payload["figures"] = figures(payload, args.out)
+    os.remove(partial_path)
+    return payload
+
+
+def build_payload(runs, methods, tasks, seeds, size, wall_s, workers, quick=False) -> dict[str, Any]:
+    """results.json's content: sizes, methods, every run (curves, validations, end state), verdicts."""
+    from gtpo_verl.lab.policy import TinyCausalLM, parameter_count
+    from gtpo_verl.lab.tasks import VOCAB
+    from gtpo_verl.lab.train import size_dict
+    from gtpo_verl.lab.health import entropy_watch_calibration, silent_terms
+    from gtpo_verl.lab.verdicts import endpoints, verdicts
+
+    for run in runs:
+        run["endpoints"] = endpoints(run)
+        run["end_state"] = run["endpoints"]["end_state"]
+    steps_total = sum(len(r["curves"]["reward"]) for r in runs)
+    return {
+        "schema": "gtpo_verl.lab/1",
+        "quick": bool(quick),
+        "sizes": {**size_dict(size), "vocab": len(VOCAB), "parameters": parameter_count(TinyCausalLM(len(VOCAB), size.policy))},
+        "seeds": list(seeds),
+        "tasks": list(tasks),
+        "methods": [m.name for m in methods],
+        "method_table": {m.name: dataclasses.asdict(m) for m in methods},
+        "machine": {"cpus": os.cpu_count(), "workers": workers, "platform": platform.platform(),
+                    "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
+        "wall_s": round(wall_s, 1),
+        "steps_total": steps_total,
+        "steps_per_s": round(steps_total / wall_s, 2) if wall_s > 0 else None,
+        "runs": runs,
+        "verdicts": verdicts(runs),
+        "health": {"silent_terms": silent_terms(runs), "entropy_watch": entropy_watch_calibration(runs)},
+    }
+
+

@@ -1,0 +1,132 @@
+"""Between sampling and the optimiser step: verl's and our registered code only.
+
+- advantages: ``core_algos.get_adv_estimator_fn(name)``, called with the keyword arguments
+  verl's ``compute_advantage`` (``trainer/ppo/ray_trainer.py``) passes, inside the same
+  ``bind_estimator_inputs`` our trainer mixin uses (entropy, token ids, old log-probs, ⟨H⟩_ini);
+- transforms: ``parse_adv_transforms`` + ``apply_adv_transforms`` (``algorithm.adv_transforms``);
+- loss: ``core_algos.get_policy_loss_fn(mode)`` with a verl ``ActorConfig``, its
+  ``global_batch_info`` filled as verl's ``ppo_loss`` (``workers/utils/losses.py``) fills it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from gtpo_verl.lab.methods import Method
+
+
+@dataclass
+class Advantages:
+    advantages: torch.Tensor
+    response_mask: torch.Tensor
+    metrics: dict[str, float]
+
+
+def algorithm_config(method: Method, initial_entropy: Optional[float] = None):
+    """The ``algorithm`` DictConfig verl hands its estimators (the scaled δ threshold filled in)."""
+    from omegaconf import OmegaConf
+
+    config = method.algorithm_config()
+    if method.initial_entropy_threshold_ratio is not None and initial_entropy is not None:
+        block = dict(config.get(method.estimator, {}))
+        block["entropy_threshold"] = float(method.initial_entropy_threshold_ratio * initial_entropy)
+        config[method.estimator] = block
+    return OmegaConf.create(config)
+
+
+def compute_advantages(
+    method: Method,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    uids: np.ndarray,
+    entropys: torch.Tensor,
+    responses: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    initial_entropy: Optional[float] = None,
+    diagnostics: bool = True,
+) -> Advantages:
+    """Advantages ``(B, T)`` through verl's registry and our transforms, plus our ``gtpo/*`` health metrics."""
+    from verl.trainer.ppo import core_algos
+
+    from gtpo_verl.algorithms.groups import group_ids_from_uids
+    from gtpo_verl.integration.context import bind_estimator_inputs
+    from gtpo_verl.integration.diagnostics import estimator_metrics
+    from gtpo_verl.integration.extensions import apply_adv_transforms, parse_adv_transforms
+
+    config = algorithm_config(method, initial_entropy)
+    bound = {"entropys": entropys.to(torch.float32), "responses": responses, "old_log_probs": old_log_probs}
+    metrics: dict[str, float] = {}
+    with bind_estimator_inputs(initial_entropy=initial_entropy, diagnostics=diagnostics, **bound) as outputs:
+        if method.estimator == "grpo":  # verl's compute_advantage has a dedicated GRPO branch
+            advantages, _ = core_algos.compute_grpo_outcome_advantage(
+                token_level_rewards=token_level_rewards,
+                response_mask=response_mask,
+                index=uids,
+                norm_adv_by_std_in_grpo=config.get("norm_adv_by_std_in_grpo", True),
+            )
+        else:
+            estimator_fn = core_algos.get_adv_estimator_fn(method.estimator)
+            advantages, _ = estimator_fn(
+                token_level_rewards=token_level_rewards, response_mask=response_mask, config=config, index=uids
+            )
+    result = outputs.get(method.estimator)
+    if diagnostics and result is not None:
+        group_ids, num_groups = outputs.get("groups") or group_ids_from_uids(uids)
+        real_rows = torch.ones(response_mask.shape[0], dtype=torch.bool)
+        metrics.update(estimator_metrics(method.estimator, result, response_mask.to(torch.float32), real_rows, group_ids, num_groups))
+    transforms = parse_adv_transforms([dict(t) for t in method.transforms])
+    advantages, mask = apply_adv_transforms(transforms, advantages, response_mask, bound, metrics if diagnostics else None)
+    return Advantages(advantages=advantages, response_mask=mask, metrics=metrics)
+
+
+def actor_config(method: Method):
+    """verl's ``ActorConfig`` with the method's clip, aggregation and policy-loss knobs."""
+    from verl.workers.config import ActorConfig
+
+    from gtpo_verl.integration.loss_config import GTPOPolicyLossConfig
+
+    return ActorConfig(
+        strategy="fsdp",
+        rollout_n=1,
+        ppo_micro_batch_size_per_gpu=1,
+        clip_ratio=method.clip_ratio_low,
+        clip_ratio_low=method.clip_ratio_low,
+        clip_ratio_high=method.clip_ratio_high,
+        clip_ratio_c=method.clip_ratio_c,
+        loss_agg_mode=method.loss_agg_mode,
+        entropy_coeff=0.0,
+        use_kl_loss=False,
+        policy_loss=GTPOPolicyLossConfig(loss_mode=method.loss_mode, **method.policy_loss),
+    )
+
+
+def policy_loss(
+    config: Any,
+    old_log_probs: torch.Tensor,
+    log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """One mini-batch's policy loss as verl's ``ppo_loss`` computes it (dp_size 1, no KL, no entropy bonus)."""
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+    mask = response_mask.to(bool)
+    config.global_batch_info["dp_size"] = 1
+    config.global_batch_info["batch_num_tokens"] = int(mask.sum())
+    config.global_batch_info["global_batch_size"] = int(mask.shape[0])
+    config.global_batch_info["loss_scale_factor"] = config.loss_scale_factor
+    loss_fn = get_policy_loss_fn(config.policy_loss.get("loss_mode", "vanilla"))
+    loss, metrics = loss_fn(
+        old_log_prob=old_log_probs,
+        log_prob=log_probs,
+        advantages=advantages,
+        response_mask=mask,
+        loss_agg_mode=config.loss_agg_mode,
+        config=config,
+        rollout_is_weights=None,
+    )
+    return loss, {k: float(v.item() if torch.is_tensor(v) else v) for k, v in metrics.items()}

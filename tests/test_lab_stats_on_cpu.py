@@ -1,0 +1,72 @@
+"""The lab's statistics against values computed by hand, and the verdict rule on synthetic runs."""
+
+import math
+
+import numpy as np
+import pytest
+
+from gtpo_verl.lab.stats import bootstrap_mean_ci, holm, seeds_for_power, sign_test, wilcoxon_signed_rank
+from gtpo_verl.lab.verdicts import end_state, verdicts
+
+
+def test_sign_test_by_hand():
+    # 8 positive, 1 negative, 1 tie (dropped): n = 9, k = 1 → 2·(C(9,0) + C(9,1)) / 2^9 = 20/512
+    assert sign_test([1, 2, 3, 4, 5, 6, 7, 8, -1, 0]) == pytest.approx(20 / 512)
+    assert sign_test([1.0] * 10) == pytest.approx(2 / 1024)
+    assert sign_test([0, 0]) == 1.0
+    assert sign_test([1, -1]) == 1.0  # 2·P(Bin(2, ½) ≤ 1) = 1.5, capped
+
+
+def test_wilcoxon_exact_by_hand():
+    # all five positive: W+ = 15 is the largest of 32 sign patterns → two-sided 2/32
+    assert wilcoxon_signed_rank([1, 2, 3, 4, 5]) == pytest.approx(2 / 32)
+    # [1, -2, 3, 4, 5]: W− = 2; patterns with W− ≤ 2 are {}, {1}, {2} → 3/32, two-sided 6/32
+    assert wilcoxon_signed_rank([1, -2, 3, 4, 5]) == pytest.approx(6 / 32)
+    assert wilcoxon_signed_rank([0.0, 0.0]) == 1.0
+
+
+def test_holm_on_a_known_set():
+    # sorted: 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 → monotone 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # 0.5·2 = 1.0; 0.9·1 = 0.9 raised to the running max 1.0
+
+
+def test_bootstrap_interval():
+    assert bootstrap_mean_ci([0.2] * 10) == pytest.approx((0.2, 0.2))
+    d = np.random.default_rng(0).normal(0.1, 0.05, 10)
+    lo, hi = bootstrap_mean_ci(d, seed=3)
+    assert lo < d.mean() < hi and (lo, hi) == bootstrap_mean_ci(d, seed=3)
+
+
+def test_seeds_for_power():
+    # sd 1, effect 1: ((1.959964 + 0.841621) · 1 / 1)² = 7.85 → 8
+    assert seeds_for_power([0.0, 2.0], effect=1.0) == math.ceil((1.959964 + 0.841621) ** 2 * 2.0)  # sample sd of [0, 2] is √2
+
+
+def _run(method, seed, entropy, pass1, pass16, task="t"):
+    steps = 100
+    return {"method": method, "task": task, "seed": seed,
+            "curves": {"entropy": [1.0] + [entropy] * (steps - 1), "length": [8.0] * steps},
+            "validation": [{"step": 0, "pass@1": 0.2, "pass@16": 0.8}] + [{"step": s, "pass@1": pass1, "pass@16": pass16} for s in (25, 50, 75, 100)]}
+
+
+def test_end_state_rule():
+    assert end_state(_run("m", 0, 1.5, 0.1, 0.6)) == "collapsed-flat"  # entropy ×1.5, pass@1 below its start
+    assert end_state(_run("m", 0, 0.2, 0.95, 0.97)) == "solved"
+    assert end_state(_run("m", 0, 0.2, 0.5, 0.52)) == "trap"
+    assert end_state(_run("m", 0, 0.8, 0.4, 0.9)) == "partial"
+    assert end_state(_run("m", 0, 1.0, 0.2, 0.8)) == "flat"
+
+
+def test_verdicts_follow_the_rule():
+    runs = [_run("DAPO", s, 0.8, 0.4, 0.9) for s in range(10)]
+    runs += [_run("DAPO_TOKEN", s, 0.9 + 0.01 * s, 0.4, 0.9) for s in range(10)]  # entropy higher on every seed
+    result = verdicts(runs)
+    rows = {r["id"]: r for r in result["primary"]}
+    assert set(rows) == {"B-entropy-token", "B-length-token", "B-pass16-token"}
+    # exact Wilcoxon, 10 of 10 positive: 2/1024; Holm over the three claims: ×3
+    assert rows["B-entropy-token"]["p"] == pytest.approx(2 / 1024)
+    assert rows["B-entropy-token"]["p_holm"] == pytest.approx(6 / 1024)
+    assert rows["B-entropy-token"]["verdict"] == "supported"
+    assert rows["B-length-token"]["verdict"] == "inconclusive"  # identical lengths: no nonzero difference
+    assert result["end_states"]["t/DAPO"] == {"partial": 10}
