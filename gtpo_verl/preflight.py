@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -45,7 +46,7 @@ PROBE_TIMEOUT_S = 180
 AUTH_FIX = (
     "start every node and this shell with the same token: RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH=<the "
     "cluster's token file> (or RAY_AUTH_TOKEN) exported before `ray start`, `ray status`, `ray job submit` and "
-    "the driver (recipes/slurm/ray_on_slurm.sbatch does this; docs/reproduce.md, section 2)"
+    "the driver (recipes/slurm/ray_on_slurm.sbatch does this; docs/reproduce.md, section 1)"
 )
 
 
@@ -163,11 +164,15 @@ def resolve_total_training_steps(config) -> tuple[Optional[int], str]:
 class ClusterRefused(Exception):
     """The Ray cluster could not be joined: refused this process's token, or did not answer."""
 
-    def __init__(self, address: str, exc: BaseException):
+    def __init__(self, address: str, reason: str):
         self.address = address
-        text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-        self.reason = text if isinstance(exc, RuntimeError) and text else f"{type(exc).__name__}: {text}".rstrip(": ")
-        super().__init__(f"{address}: {self.reason}")
+        self.reason = reason
+        super().__init__(f"{address}: {reason}")
+
+    @classmethod
+    def from_exception(cls, address: str, exc: BaseException) -> "ClusterRefused":
+        text = (str(exc).strip().splitlines() or [""])[0][:300]
+        return cls(address, f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
     def check(self) -> "Check":
         mode = os.environ.get("RAY_AUTH_MODE") or "unset"
@@ -195,25 +200,21 @@ def check_token_accepted(address: str) -> None:
     seconds with Ray's own reason (``ray.init`` retries for a minute and reports a ConnectionError),
     and a missing one cannot abort this process (Ray's client exits from C++ when it finds none)."""
     if (os.environ.get("RAY_AUTH_MODE") or "").lower() == "token" and token_source() is None:
-        raise ClusterRefused(address, RuntimeError(
-            "RAY_AUTH_MODE=token, but this process has no token (no RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
-            "~/.ray/auth_token)"))
+        raise ClusterRefused(address, "RAY_AUTH_MODE=token, but this process has no token (no RAY_AUTH_TOKEN, "
+                                      "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)")
     if not re.fullmatch(r"[\w.\-]+:\d+", address):
         return  # "auto" or ray://: ray.init resolves it
-    import subprocess
-
     try:
         proc = subprocess.run([sys.executable, "-c", GCS_CHECK, address], capture_output=True, text=True, timeout=90)
     except subprocess.TimeoutExpired:
-        raise ClusterRefused(address, TimeoutError("the head's GCS did not answer within 90 s")) from None
+        raise ClusterRefused(address, "TimeoutError: the head's GCS did not answer within 90 s") from None
     answer = next((line for line in proc.stdout.splitlines() if line.startswith(("ACCEPTED", "REFUSED"))), None)
     if answer == "ACCEPTED":
         return
     if answer is None:  # the client died: Ray's own last words say why
         words = [line for line in proc.stderr.splitlines() if "Authentication" in line or "Check failed" in line]
         answer = "REFUSED " + (words[-1].strip()[:300] if words else f"Ray's client exited with status {proc.returncode}")
-    reason = answer.removeprefix("REFUSED ")
-    raise ClusterRefused(address, RuntimeError(reason))
+    raise ClusterRefused(address, answer.removeprefix("REFUSED "))
 
 
 def probe_timeout_s() -> float:
@@ -249,7 +250,7 @@ def probe_cluster(config, address: str) -> tuple[list[Node], list[str]]:
         try:
             ray.init(address=address, runtime_env=ray_runtime_env(config), log_to_driver=False, logging_level="ERROR")
         except Exception as exc:  # refused (token) or unreachable: one clear line, not a traceback
-            raise ClusterRefused(address, exc) from None
+            raise ClusterRefused.from_exception(address, exc) from None
     try:
         ray.cloudpickle.register_pickle_by_value(node_probe)  # runs where gtpo_verl is missing
         remote_probe = ray.remote(num_cpus=0, max_retries=0)(node_probe.probe_node)
