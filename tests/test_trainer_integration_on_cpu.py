@@ -86,13 +86,21 @@ def test_other_estimators_pass_through_untouched(transfer_queue):
     meta, direct = put_batch(transfer_queue, seed=2, prefix="grpo")
     metrics = {}
     make_trainer(config)._compute_advantage(meta, metrics)
-    # only the entropy watch, computed on the same definition as for our estimators
+    # only the entropy watch and the all-equal-groups health check, on the same definitions as for our estimators
     assert {k for k in metrics if k.startswith("gtpo/")} == {
         "gtpo/entropy/batch_mean", "gtpo/entropy/baseline", "gtpo/entropy/rise_ratio",
-        "gtpo/entropy/collapse_warning", "gtpo/entropy/warnings_total",
+        "gtpo/entropy/collapse_warning", "gtpo/entropy/fall_warning", "gtpo/entropy/warnings_total",
+        "gtpo/health/all_equal_groups_frac", "gtpo/health/all_equal_groups",
     }
     mask = direct["response_mask"].bool()
     mask[-2:] = False  # padding rows do not count
+    scores = direct["token_level_rewards"].sum(-1)[:-2].tolist()
+    groups: dict = {}
+    for uid, score in zip(list(direct["index"])[:-2], scores):
+        groups.setdefault(uid, set()).add(score)
+    all_equal = sum(len(v) == 1 for v in groups.values()) / len(groups)
+    assert metrics["gtpo/health/all_equal_groups_frac"] == pytest.approx(all_equal)
+    assert metrics["gtpo/health/all_equal_groups"] == float(all_equal >= 0.5)
     assert metrics["gtpo/entropy/batch_mean"] == pytest.approx(float(direct["entropys"][mask].mean()), rel=1e-6)
     from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
@@ -192,6 +200,44 @@ def test_entropy_watch_flags_a_rise_and_round_trips():
     copy = EntropyWatch(ratio=1.5, momentum=0.5, warmup_steps=2)
     copy.load_state_dict(watch.state_dict())
     assert copy.update(1.0) == watch.update(1.0)
+
+
+def test_entropy_watch_flags_a_fall_only_when_asked():
+    from gtpo_verl.integration.diagnostics import EntropyWatch
+
+    curve = (1.0, 1.0, 0.9, 0.5, 0.5)
+    watch = EntropyWatch(ratio=1.5, fall_ratio=1.5, momentum=0.5, warmup_steps=2)
+    steps = [watch.update(h) for h in curve]
+    # baseline after 0.9 is 0.95: 0.5 < 0.95 / 1.5; then baseline 0.725: 0.5 < 0.483 is false
+    assert [m["gtpo/entropy/fall_warning"] for m in steps] == [0.0, 0.0, 0.0, 1.0, 0.0]
+    assert [m["gtpo/entropy/collapse_warning"] for m in steps] == [0.0] * 5
+    assert steps[-1]["gtpo/entropy/warnings_total"] == 1.0
+    off = EntropyWatch(ratio=1.5, fall_ratio=None, momentum=0.5, warmup_steps=2)
+    assert [off.update(h)["gtpo/entropy/fall_warning"] for h in curve] == [0.0] * 5
+
+
+def test_health_monitor_flags_each_step_and_warns_when_a_flag_turns_on(caplog):
+    from gtpo_verl.integration.health import HealthMonitor
+
+    monitor = HealthMonitor()
+    key = "gtpo/delta/filtered_frac"
+    with caplog.at_level("WARNING", logger="gtpo_verl.integration.health"):
+        flags = [monitor.update({key: v}).get("gtpo/health/delta_filtered") for v in (0.5, 0.95, 1.0, 0.2, 0.9)]
+    assert flags == [0.0, 1.0, 1.0, 0.0, 1.0]
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2 and all("entropy_threshold" in w for w in warnings)  # the key that fixes it
+    assert monitor.update({}) == {}  # a check whose metric is absent (another estimator) stays silent
+
+
+def test_all_equal_groups_frac_counts_groups_not_rows():
+    import numpy as np
+
+    from gtpo_verl.integration.health import all_equal_groups_frac
+
+    uids = np.array(["a", "a", "b", "b", "b", "c"], dtype=object)
+    scores = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.5])
+    assert all_equal_groups_frac(scores, uids) == pytest.approx(2 / 3)  # a (all 1) and c (one row) carry no signal
+    assert all_equal_groups_frac(scores[:0], uids[:0]) == 0.0
 
 
 # ----------------------------------------------------------------------------- start-up validation

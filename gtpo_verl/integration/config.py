@@ -380,7 +380,9 @@ class EntropyWarningConfig(_Block):
     path: ClassVar[str] = "gtpo.entropy_warning"
 
     ratio: float = 1.5
-    """Warn when the batch mean entropy exceeds ratio × its running baseline."""
+    """Warn when the batch mean entropy exceeds ratio × its running baseline (rising: Paper A's collapse)."""
+    fall_ratio: Optional[float] = 1.5
+    """Warn when it drops below its running baseline / fall_ratio (entropy collapse); null = off."""
     momentum: float = 0.9
     """EMA momentum of the baseline."""
     warmup_steps: int = 3
@@ -388,6 +390,8 @@ class EntropyWarningConfig(_Block):
 
     def __post_init__(self):
         _at_least(self.key("ratio"), self.ratio, 1.0, "e.g. 1.5 (warn at a 50% rise).", strict=True)
+        if self.fall_ratio is not None:
+            _at_least(self.key("fall_ratio"), self.fall_ratio, 1.0, "e.g. 1.5 (warn at a fall to 2/3), or null.", strict=True)
         if not 0.0 <= self.momentum < 1.0:
             raise ValueError(f"`{self.key('momentum')}={self.momentum}` must be in [0, 1); e.g. 0.9.")
         _at_least(self.key("warmup_steps"), self.warmup_steps, 0, "e.g. 3.")

@@ -123,13 +123,17 @@ def estimator_metrics(
 
 @dataclass
 class EntropyWatch:
-    """Early warning for entropy collapse/explosion (Paper A: entropy rises before KL reacts).
+    """Early warning for a fast entropy move, in both directions.
 
+    Rising: Paper A's collapse is a flattening distribution whose entropy rises before the reward
+    falls. Falling: entropy collapse onto one answer (a deterministic rule, pass@k → pass@1).
     Tracks an EMA baseline of the batch mean old-policy entropy; after ``warmup_steps`` a batch
-    whose mean exceeds ``ratio`` × baseline raises the flag. Persisted with checkpoints.
+    above ``ratio`` × baseline raises the rising flag, one below baseline / ``fall_ratio`` the
+    falling flag (``fall_ratio`` None: off). Persisted with checkpoints.
     """
 
     ratio: float = 1.5
+    fall_ratio: float | None = None
     momentum: float = 0.9
     warmup_steps: int = 3
     baseline: float | None = None
@@ -139,15 +143,18 @@ class EntropyWatch:
     def update(self, batch_mean_entropy: float) -> dict[str, float]:
         value = float(batch_mean_entropy)
         rise = value / self.baseline if self.baseline else 1.0
-        flag = self.steps >= self.warmup_steps and self.baseline is not None and rise > self.ratio
-        self.warnings += int(flag)
+        armed = self.steps >= self.warmup_steps and self.baseline is not None
+        rising = armed and rise > self.ratio
+        falling = armed and self.fall_ratio is not None and rise * self.fall_ratio < 1.0
+        self.warnings += int(rising) + int(falling)
         self.baseline = value if self.baseline is None else self.momentum * self.baseline + (1 - self.momentum) * value
         self.steps += 1
         return {
             PREFIX + "entropy/batch_mean": value,
             PREFIX + "entropy/baseline": float(self.baseline),
             PREFIX + "entropy/rise_ratio": float(rise),
-            PREFIX + "entropy/collapse_warning": float(flag),
+            PREFIX + "entropy/collapse_warning": float(rising),
+            PREFIX + "entropy/fall_warning": float(falling),
             PREFIX + "entropy/warnings_total": float(self.warnings),
         }
 

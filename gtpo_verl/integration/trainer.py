@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Optional
 
+import numpy as np
 import torch
 
 from gtpo_verl.audit import dump_audit_step, validate_audit_config
@@ -32,6 +33,7 @@ from gtpo_verl.integration.config import GTPOSettings, GTPOTrajConfig, select
 from gtpo_verl.integration.context import bind_estimator_inputs
 from gtpo_verl.algorithms.groups import row_dot
 from gtpo_verl.integration.diagnostics import PREFIX, EntropyWatch, estimator_metrics, masked_token_mean
+from gtpo_verl.integration.health import ALL_EQUAL_GROUPS_FRAC, HealthMonitor, all_equal_groups_frac
 from gtpo_verl.integration.extensions import (
     CALLED,
     INPUT_FIELDS,
@@ -109,13 +111,20 @@ class GTPOTrainerMixin:
     def gtpo_entropy_watch(self) -> EntropyWatch:
         if not hasattr(self, "_gtpo_entropy_watch"):
             knobs = GTPOSettings.from_config(self.config).entropy_warning
-            watch = EntropyWatch(ratio=knobs.ratio, momentum=knobs.momentum, warmup_steps=knobs.warmup_steps)
+            watch = EntropyWatch(ratio=knobs.ratio, fall_ratio=knobs.fall_ratio, momentum=knobs.momentum,
+                                 warmup_steps=knobs.warmup_steps)
             if self.gtpo_state.entropy_watch:
                 watch.load_state_dict(self.gtpo_state.entropy_watch)
             self._gtpo_entropy_watch = watch
         return self._gtpo_entropy_watch
 
     # ------------------------------------------------------------------ hooks
+    @property
+    def gtpo_health(self) -> HealthMonitor:
+        if not hasattr(self, "_gtpo_health"):
+            self._gtpo_health = HealthMonitor()
+        return self._gtpo_health
+
     def on_init_end(self):
         super().on_init_end()
         check_registered()  # plugin import errors are silent in verl: fail here, in the TaskRunner
@@ -135,7 +144,8 @@ class GTPOTrainerMixin:
             return self._gtpo_transform_advantages(batch, transforms, {}, metrics, diagnostics)
         import transfer_queue as tq
 
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        health_fields = ["rm_scores", "uid"] if diagnostics else []  # the all-equal-groups check, same read
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields + health_fields)
         # response-only fields are nested like verl's response_mask (same rows, same lengths): padded,
         # they take the (B, T) layout verl's _compute_advantage builds; the estimator wrapper aligns widths
         padded = {field: _padded(data[field]) for field in fields}
@@ -168,7 +178,13 @@ class GTPOTrainerMixin:
             self._gtpo_update_watch(entropy, mask, real_rows, metrics)  # baselines too: one definition for all runs
             if self.gtpo_state.initial_entropy is not None:
                 metrics[PREFIX + "entropy/initial"] = float(self.gtpo_state.initial_entropy)
-        return self._gtpo_transform_advantages(batch, transforms, bound, metrics, diagnostics)
+            scores = _padded(data["rm_scores"]).sum(-1)
+            uids = np.array(list(data["uid"]), dtype=object)
+            metrics[ALL_EQUAL_GROUPS_FRAC] = all_equal_groups_frac(scores[real_rows], uids[real_rows.numpy()])
+        batch = self._gtpo_transform_advantages(batch, transforms, bound, metrics, diagnostics)
+        if diagnostics:
+            metrics.update(self.gtpo_health.update(metrics))
+        return batch
 
     def _gtpo_transform_advantages(self, batch, transforms, inputs: dict, metrics: dict, diagnostics: bool):
         """Apply ``algorithm.adv_transforms`` to the advantages verl wrote, and write them back the same way."""
@@ -201,13 +217,18 @@ class GTPOTrainerMixin:
         """Token-mean old-policy entropy of the real rows → the entropy watch's metrics."""
         batch_mean = masked_token_mean(entropy, mask, real_rows)
         watch_metrics = self.gtpo_entropy_watch.update(batch_mean)
+        watch = self.gtpo_entropy_watch
         if watch_metrics[PREFIX + "entropy/collapse_warning"]:
             logger.warning(
                 "gtpo: mean old-policy entropy %.4f is %.2fx its running baseline (threshold %.2fx): "
                 "entropy is rising fast, which Paper A observes before a policy collapse.",
-                batch_mean,
-                watch_metrics[PREFIX + "entropy/rise_ratio"],
-                self.gtpo_entropy_watch.ratio,
+                batch_mean, watch_metrics[PREFIX + "entropy/rise_ratio"], watch.ratio,
+            )
+        if watch_metrics[PREFIX + "entropy/fall_warning"]:
+            logger.warning(
+                "gtpo: mean old-policy entropy %.4f is %.2fx its running baseline (threshold 1/%.2f): "
+                "entropy is collapsing; pass@k is about to meet pass@1.",
+                batch_mean, watch_metrics[PREFIX + "entropy/rise_ratio"], watch.fall_ratio,
             )
         metrics.update(watch_metrics)
 

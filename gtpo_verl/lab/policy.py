@@ -38,19 +38,22 @@ class _Block(nn.Module):
         b, l, d = x.shape
         return x.view(b, l, self.n_heads, d // self.n_heads).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: dict | None = None, start: int = 0) -> torch.Tensor:
         q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
         q, k, v = self._heads(q), self._heads(k), self._heads(v)
         if cache is None:
             attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            if "k" in cache:  # one new position attends to every cached one: no mask needed
-                k = torch.cat([cache["k"], k], dim=2)
-                v = torch.cat([cache["v"], v], dim=2)
-                attn = F.scaled_dot_product_attention(q, k, v)
-            else:
+        else:  # preallocated (B, H, prompt + new tokens, D/H) buffers: positions [start, start + L) are written once
+            end = start + q.shape[2]
+            cache["k"][:, :, start:end] = k
+            cache["v"][:, :, start:end] = v
+            if start == 0:
                 attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            cache["k"], cache["v"] = k, v
+            else:  # one new position attends to every cached one: no mask; at this size two
+                # broadcast products beat the fused kernel's per-call cost
+                keys, values = cache["k"][:, :, :end], cache["v"][:, :, :end]
+                weights = torch.softmax((q * keys).sum(-1, keepdim=True) * q.shape[-1] ** -0.5, dim=2)
+                attn = (weights * values).sum(2, keepdim=True)
         b, h, l, dh = attn.shape
         x = x + self.proj(attn.transpose(1, 2).reshape(b, l, h * dh))
         return x + self.mlp(self.ln2(x))
@@ -72,7 +75,7 @@ class TinyCausalLM(nn.Module):
         positions = torch.arange(start, start + ids.shape[1])
         x = self.tok(ids) + self.pos(positions)[None]
         for i, block in enumerate(self.blocks):
-            x = block(x, None if caches is None else caches[i])
+            x = block(x, None if caches is None else caches[i], start)
         return self.head(self.ln(x))
 
 
@@ -92,7 +95,9 @@ def sample(
     so the batch needs no left padding. One forward per new token, with a key/value cache.
     """
     batch = prompts.shape[0]
-    caches = [dict() for _ in model.blocks]
+    size = model.size
+    shape = (batch, size.n_heads, prompts.shape[1] + max_new_tokens, size.d_model // size.n_heads)
+    caches = [dict(k=torch.empty(shape), v=torch.empty(shape)) for _ in model.blocks]
     logits = model(prompts, caches, start=0)[:, -1]
     done = torch.zeros(batch, dtype=torch.bool)
     tokens, masks = [], []
@@ -118,7 +123,9 @@ def score(
     ids = torch.cat([prompts, responses], dim=1)
     logits = model(ids[:, :-1])[:, prompts.shape[1] - 1 :]  # position t predicts response token t
     logits = logits / temperature  # verl: logits.div_(temperature)
-    log_probs = logprobs_from_logits(logits, responses)
+    # verl's fallback takes one logsumexp per row of the first dimension; all tokens as one row give
+    # the same values in one call
+    log_probs = logprobs_from_logits(logits.reshape(1, -1, logits.shape[-1]), responses.reshape(1, -1)).view_as(responses)
     entropy = entropy_from_logits(logits) if with_entropy else None
     return log_probs, entropy
 

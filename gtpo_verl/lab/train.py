@@ -7,6 +7,7 @@ starts from the same weights and reads the same prompts in the same order.
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import asdict, dataclass
 from typing import Callable, Optional
@@ -69,10 +70,16 @@ def warm_start(task: Task, seed: int, size: LabSize) -> dict:
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _score(task: Task, response: tuple[int, ...], problem: tuple[int, ...]):
+    # a sharpening policy repeats its responses: each (response, problem) is parsed once
+    return task.score(decode_response(response), problem)
+
+
 def _rollout(model, task: Task, problems, group: int, temperature: float, generator):
     prompts = prompt_tensor(task, problems).repeat_interleave(group, dim=0)
     responses, mask = sample(model, prompts, MAX_RESPONSE_TOKENS, EOS_ID, PAD_ID, temperature, generator)
-    scored = [task.score(decode_response(row), problems[i // group]) for i, row in enumerate(responses.tolist())]
+    scored = [_score(task, tuple(row), problems[i // group]) for i, row in enumerate(responses.tolist())]
     return prompts, responses, mask, scored
 
 
