@@ -43,6 +43,11 @@ SECTIONS: list[tuple[str, list[tuple[str, list[str]]]]] = [
         ("entropy watch: rise ratio", ["gtpo/entropy/rise_ratio"]),
         ("entropy watch: warnings", ["gtpo/entropy/warnings_total"]),
     ]),
+    ("algorithm health", [
+        ("a term does nothing (1 = past its threshold)", ["gtpo/health/delta_filtered", "gtpo/health/bonus_clipped",
+                                                          "gtpo/health/all_equal_groups"]),
+        ("groups with one reward for all responses", ["gtpo/health/all_equal_groups_frac"]),
+    ]),
     ("shaping", [
         ("advantage by outcome", ["gtpo/adv/success/mean", "gtpo/adv/failure/mean"]),
         ("bonus concentration (GTPO, GRPO-S)", ["gtpo/bonus_share/std", "gtpo/bonus_share/max"]),

@@ -4,31 +4,38 @@
   entropy-advantage bonus's clipped fraction and the all-equal-group fraction, against the
   thresholds a warning would use (``SILENT_TERM_THRESHOLDS``).
 - The entropy watch: the real trainer's ``EntropyWatch`` (``integration/diagnostics.py``) replayed
-  on every run's training entropy curve, in both directions (a falling entropy is watched as a
-  rising 1/H). A run *degrades* at the first validation where pass@16 is below
+  on every run's training entropy curve, in each direction (its rising and its falling flag). A run *degrades* at the first validation where pass@16 is below
   ``DEGRADE_FRACTION`` × its best earlier value; the lead time is that step minus the first
   warning's step. A warning in a run that never degrades is a false alarm.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-SILENT_TERM_THRESHOLDS = {"delta_filtered_frac": 0.9, "bonus_clipped_frac": 0.9, "all_equal_frac": 0.5}
+from gtpo_verl.integration.health import HEALTH_CHECKS
+
+# the lab's curve of each of the trainer's health checks (gtpo_verl/integration/health.py)
+CURVE_OF_CHECK = {"delta_filtered": "delta_filtered_frac", "bonus_clipped": "bonus_clipped_frac",
+                  "all_equal_groups": "all_equal_frac"}
+SILENT_TERM_THRESHOLDS = {CURVE_OF_CHECK[check.name]: check.threshold for check in HEALTH_CHECKS}
 DEGRADE_FRACTION = 0.8
-WATCH_RATIOS = (1.1, 1.25, 1.5)
+WATCH_RATIOS = (1.1, 1.25, 1.5, 2.0)
 
 
-def _first_warning(entropy: list[float], ratio: float, invert: bool) -> int | None:
+def _first_warning(entropy: list[float], ratio: float, falling: bool) -> int | None:
+    """The first step the trainer's entropy watch flags, watching one direction at ``ratio``."""
     from gtpo_verl.integration.diagnostics import PREFIX, EntropyWatch
 
-    watch = EntropyWatch(ratio=ratio)
+    watch = EntropyWatch(ratio=math.inf, fall_ratio=ratio) if falling else EntropyWatch(ratio=ratio, fall_ratio=None)
+    flag = PREFIX + ("entropy/fall_warning" if falling else "entropy/collapse_warning")
     for step, value in enumerate(entropy, start=1):
         if not value == value or value <= 0:
             continue
-        if watch.update(1.0 / value if invert else value)[PREFIX + "entropy/collapse_warning"]:
+        if watch.update(value)[flag]:
             return step
     return None
 
@@ -47,11 +54,11 @@ def entropy_watch_calibration(runs: list[dict]) -> list[dict[str, Any]]:
     """Per watch ratio and direction: detections, lead times and false alarms over all runs."""
     rows = []
     degraded = {id(r): degradation_step(r) for r in runs}
-    for direction, invert in (("rising", False), ("falling", True)):
+    for direction, falling in (("rising", False), ("falling", True)):
         for ratio in WATCH_RATIOS:
             leads, missed, false_alarms, quiet = [], 0, 0, 0
             for run in runs:
-                warning = _first_warning(run["curves"]["entropy"], ratio, invert)
+                warning = _first_warning(run["curves"]["entropy"], ratio, falling)
                 event = degraded[id(run)]
                 if event is None:
                     false_alarms += warning is not None
@@ -75,6 +82,9 @@ def silent_terms(runs: list[dict]) -> dict[str, dict[str, Any]]:
             values = np.asarray(run["curves"][name], dtype=np.float64)
             if np.isfinite(values).any():
                 out.setdefault(key, {}).setdefault(name, []).append(float(np.nanmean(values)))
-    return {key: {name: {"mean": float(np.mean(v)), "threshold": SILENT_TERM_THRESHOLDS[name],
-                         "past_threshold": bool(np.mean(v) >= SILENT_TERM_THRESHOLDS[name])} for name, v in metrics.items()}
+    return {key: {name: {"mean": float(np.mean(v)), "min": float(np.min(v)), "max": float(np.max(v)),
+                         "threshold": SILENT_TERM_THRESHOLDS[name],
+                         "past_threshold": bool(np.mean(v) >= SILENT_TERM_THRESHOLDS[name]),
+                         "runs_past_threshold": int(np.sum(np.asarray(v) >= SILENT_TERM_THRESHOLDS[name])), "runs": len(v)}
+                  for name, v in metrics.items()}
             for key, metrics in out.items()}

@@ -53,24 +53,34 @@ def _init_worker(queue) -> None:
     _QUEUE = queue
 
 
-def _job(args: tuple) -> list[dict]:
-    """All methods of one (task, seed): the warm start is computed once and shared."""
-    task_name, seed, method_names, size_kwargs = args
-    from gtpo_verl.lab.methods import resolve_methods
+def _size(size_kwargs: dict):
     from gtpo_verl.lab.policy import PolicySize
-    from gtpo_verl.lab.tasks import TASKS
-    from gtpo_verl.lab.train import LabSize, train_run, warm_start
+    from gtpo_verl.lab.train import LabSize
 
-    size = LabSize(**{**size_kwargs, "policy": PolicySize(**size_kwargs["policy"])})
-    task = TASKS[task_name]
-    weights = warm_start(task, seed, size)
-    runs = []
-    for method in resolve_methods(",".join(method_names)):
-        start = time.time()
-        run = train_run(method, task, seed, size, weights, on_step=lambda: _QUEUE.put(1))
-        run["wall_s"] = round(time.time() - start, 2)
-        runs.append(run)
-    return runs
+    return LabSize(**{**size_kwargs, "policy": PolicySize(**size_kwargs["policy"])})
+
+
+def _warm_start_job(args: tuple) -> tuple[str, int, dict]:
+    """The warm start of one (task, seed), shared by every method of that seed."""
+    task_name, seed, size_kwargs = args
+    from gtpo_verl.lab.tasks import TASKS
+    from gtpo_verl.lab.train import warm_start
+
+    return task_name, seed, warm_start(TASKS[task_name], seed, _size(size_kwargs))
+
+
+def _run_job(args: tuple) -> dict:
+    """One (task, seed, method) from its seed's warm start: one run per job keeps both workers busy to the end."""
+    task_name, seed, method_name, size_kwargs, weights = args
+    from gtpo_verl.lab.methods import resolve_methods
+    from gtpo_verl.lab.tasks import TASKS
+    from gtpo_verl.lab.train import train_run
+
+    method = resolve_methods(method_name)[0]
+    start = time.time()
+    run = train_run(method, TASKS[task_name], seed, _size(size_kwargs), weights, on_step=lambda: _QUEUE.put(1))
+    run["wall_s"] = round(time.time() - start, 2)
+    return run
 
 
 def _progress(done: int, total: int, start: float) -> None:
@@ -144,8 +154,8 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         raise SystemExit(f"--tasks: unknown {unknown}; choose from {sorted(TASKS)}")
-    jobs = [(task, seed, [m.name for m in methods], size_dict(size)) for seed in seeds for task in tasks]
-    total = len(jobs) * len(methods) * size.steps
+    size_kwargs = size_dict(size)
+    total = len(seeds) * len(tasks) * len(methods) * size.steps
     os.makedirs(args.out, exist_ok=True)
     partial_path = os.path.join(args.out, "runs.partial.jsonl")
     start = time.time()
@@ -153,16 +163,20 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     queue = ctx.Manager().Queue()
     with ctx.Pool(args.workers, initializer=_init_worker, initargs=(queue,)) as pool, open(partial_path, "w") as partial:
-        pending = pool.imap_unordered(_job, jobs)
+        weights = {(t, s): w for t, s, w in pool.imap_unordered(_warm_start_job, [(t, s, size_kwargs) for s in seeds for t in tasks])}
+        # seed-major, so an interrupted study holds whole seeds; within a seed the dynamic-sampling
+        # methods (the slow ones) first, so the last jobs to finish are short
+        by_cost = sorted(methods, key=lambda m: not m.dynamic_sampling)
+        jobs = [(t, s, m.name, size_kwargs, weights[t, s]) for s in seeds for m in by_cost for t in tasks]
+        pending = pool.imap_unordered(_run_job, jobs)
         done = 0
         finished = 0
         while finished < len(jobs):
             try:
-                batch = pending.next(timeout=0.5)
-                runs.extend(batch)
+                run = pending.next(timeout=0.5)
+                runs.append(run)
                 finished += 1
-                for run in batch:  # every finished run is on disk at once: an interrupted study keeps them
-                    partial.write(json.dumps(run) + "\n")
+                partial.write(json.dumps(run) + "\n")  # on disk at once: an interrupted study keeps it
                 partial.flush()
             except mp.TimeoutError:
                 pass
