@@ -18,7 +18,7 @@ from torch import nn
 class PolicySize:
     """Width and depth of the tiny policy."""
 
-    d_model: int = 64
+    d_model: int = 32
     n_layers: int = 1
     n_heads: int = 4
     max_len: int = 32

@@ -38,9 +38,9 @@ class LabSize:
     eval_every: int = 25
     eval_prompts: int = 32
     eval_samples: int = 16
-    gen_batch_multiplier: int = 3
-    """With dynamic sampling, prompts per generation batch = this × ``prompts`` (the DAPO recipe's gen_prompt_bsz)."""
-    max_refills: int = 2
+    gen_batch_multiplier: int = 2
+    """With dynamic sampling, prompts per generation batch = this × ``prompts`` (the DAPO recipe's gen_prompt_bsz uses 3)."""
+    max_refills: int = 1
     """Dynamic sampling draws at most this many extra generation batches per step (verl's max_num_gen_batches − 1)."""
     warm_start_steps: int = 150
     warm_start_batch: int = 64
@@ -54,7 +54,7 @@ def warm_start(task: Task, seed: int, size: LabSize) -> dict:
     torch.manual_seed(init_seed(seed, SALT_WARM_START))
     rng = random.Random(init_seed(seed, SALT_WARM_START))
     model = TinyCausalLM(len(VOCAB), size.policy)
-    optimizer = torch.optim.Adam(model.parameters(), lr=size.warm_start_lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=size.warm_start_lr, fused=True)
     for _ in range(size.warm_start_steps):
         problems = [task.sample_problem(rng) for _ in range(size.warm_start_batch)]
         prompts = prompt_tensor(task, problems)
@@ -133,7 +133,7 @@ def train_run(
     weights = initial_weights if initial_weights is not None else warm_start(task, seed, size)
     model = TinyCausalLM(len(VOCAB), size.policy)
     model.load_state_dict(weights)
-    optimizer = torch.optim.Adam(model.parameters(), lr=size.lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=size.lr, fused=True)
     stream = PromptStream(task, init_seed(seed, SALT_PROMPTS))
     generator = torch.Generator().manual_seed(init_seed(seed, SALT_SAMPLER))
     config = actor_config(method)
