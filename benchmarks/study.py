@@ -106,7 +106,6 @@ TRAIN_CURVES = {
 # and the policy loss's clip fractions, which tell whether clipping acted at all
 OPTIONAL_CURVES = {
     "delta_filtered_frac": "gtpo/delta/filtered_frac",
-    "delta_filtered_warning": "gtpo/health/delta_filtered",
     "all_equal_groups_frac": "gtpo/health/all_equal_groups_frac",
     "ppo_kl": "actor/ppo_kl",
 }

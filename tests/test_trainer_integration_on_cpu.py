@@ -219,11 +219,17 @@ def test_entropy_watch_flags_a_fall_only_when_asked():
 def test_health_monitor_flags_each_step_and_warns_when_a_flag_turns_on(caplog):
     from gtpo_verl.integration.health import HealthMonitor
 
-    monitor = HealthMonitor()
+    monitor = HealthMonitor(momentum=0.5)
     key = "gtpo/delta/filtered_frac"
+    values = (0.5, 1.0, 1.0, 0.2, 1.0, 1.0)
+    # running means 0.5, 0.75, 0.875, 0.5375, 0.769, 0.884: one good batch clears it, it never reaches 0.9
     with caplog.at_level("WARNING", logger="gtpo_verl.integration.health"):
-        flags = [monitor.update({key: v}).get("gtpo/health/delta_filtered") for v in (0.5, 0.95, 1.0, 0.2, 0.9)]
-    assert flags == [0.0, 1.0, 1.0, 0.0, 1.0]
+        flags = [monitor.update({key: v}).get("gtpo/health/delta_filtered") for v in values]
+        assert flags == [0.0] * 6
+        flags = [monitor.update({key: 1.0})["gtpo/health/delta_filtered"] for _ in range(2)]  # 0.942, 0.971
+        flags += [monitor.update({key: 0.0})["gtpo/health/delta_filtered"]]  # 0.486
+        flags += [monitor.update({key: 1.0})["gtpo/health/delta_filtered"] for _ in range(4)]  # 0.743 … 0.968
+    assert flags == [1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0]
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 2 and all("entropy_threshold" in w for w in warnings)  # the key that fixes it
     assert monitor.update({}) == {}  # a check whose metric is absent (another estimator) stays silent

@@ -3,8 +3,8 @@
 Each check reads one per-step metric the diagnostics already computed and compares it with a
 threshold calibrated on the lab's runs (docs/lab.md, "Algorithm health"): the metric's value is
 far from the threshold in runs where the term acts and at or past it in runs where it does not.
-A check's flag is ``gtpo/health/<name>`` (1 while past the threshold); the warning is logged when
-the flag turns on, with the key that fixes it.
+A check's flag is ``gtpo/health/<name>`` (1 while the metric's running mean is at or past the
+threshold); the warning is logged when the flag turns on, with the key that fixes it.
 """
 
 from __future__ import annotations
@@ -67,9 +67,15 @@ def all_equal_groups_frac(scores: torch.Tensor, uids: np.ndarray) -> float:
 
 @dataclass
 class HealthMonitor:
-    """Flags each check per step and warns when a flag turns on."""
+    """Flags a check while its metric's running mean is at or past the threshold; warns when a flag turns on.
+
+    The running mean (EMA, ``momentum``) keeps one noisy batch from flagging, and one good batch
+    from clearing, a term that is persistently silent.
+    """
 
     checks: tuple[HealthCheck, ...] = HEALTH_CHECKS
+    momentum: float = 0.9
+    means: dict = field(default_factory=dict)
     active: set = field(default_factory=set)
 
     def update(self, metrics: dict) -> dict[str, float]:
@@ -78,10 +84,13 @@ class HealthMonitor:
             if check.metric not in metrics:
                 continue
             value = float(metrics[check.metric])
-            flag = value >= check.threshold
+            previous = self.means.get(check.name)
+            mean = value if previous is None else self.momentum * previous + (1 - self.momentum) * value
+            self.means[check.name] = mean
+            flag = mean >= check.threshold
             out[PREFIX + "health/" + check.name] = float(flag)
             if flag and check.name not in self.active:
-                logger.warning("gtpo health: %s (%s = %.3f, threshold %.2f)", check.message.format(value=value),
-                               check.metric, value, check.threshold)
+                logger.warning("gtpo health: %s (%s running mean %.3f, threshold %.2f)", check.message.format(value=mean),
+                               check.metric, mean, check.threshold)
             (self.active.add if flag else self.active.discard)(check.name)
         return out

@@ -88,3 +88,55 @@ def silent_terms(runs: list[dict]) -> dict[str, dict[str, Any]]:
                          "runs_past_threshold": int(np.sum(np.asarray(v) >= SILENT_TERM_THRESHOLDS[name])), "runs": len(v)}
                   for name, v in metrics.items()}
             for key, metrics in out.items()}
+
+
+def by_end_state(runs: list[dict], last: int = 100) -> dict[str, dict[str, Any]]:
+    """Per end state: each silent-term metric's mean over a run's last ``last`` steps, and how many
+    runs are at or past the threshold (the calibration: where a flag separates runs that still
+    learn from runs whose term or signal is gone)."""
+    values: dict[str, dict[str, list[float]]] = {}
+    for run in runs:
+        for name in SILENT_TERM_THRESHOLDS:
+            tail = np.asarray(run["curves"][name][-last:], dtype=np.float64)
+            if np.isfinite(tail).any():
+                values.setdefault(run["end_state"], {}).setdefault(name, []).append(float(np.nanmean(tail)))
+    return {state: {name: {"runs": len(v), "mean": float(np.mean(v)), "min": float(np.min(v)), "max": float(np.max(v)),
+                           "runs_past_threshold": int(np.sum(np.asarray(v) >= SILENT_TERM_THRESHOLDS[name]))}
+                    for name, v in metrics.items()}
+            for state, metrics in sorted(values.items())}
+
+
+def monitor_replay(runs: list[dict]) -> dict[str, dict[str, Any]]:
+    """The trainer's ``HealthMonitor`` replayed on every run's curves: per check and end state, the
+    runs flagged at their last step, and the median step the flag first turned on."""
+    import logging
+
+    from gtpo_verl.integration.diagnostics import PREFIX
+    from gtpo_verl.integration.health import HealthMonitor
+
+    logging.getLogger("gtpo_verl.integration.health").setLevel(logging.ERROR)  # the replay's warnings are the data
+    out: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        monitor = HealthMonitor()
+        first: dict[str, int] = {}
+        last: dict[str, float] = {}
+        curves = {check: run["curves"][CURVE_OF_CHECK[check.name]] for check in HEALTH_CHECKS}
+        for step in range(len(run["curves"]["reward"])):
+            values = {check.metric: curves[check][step] for check in HEALTH_CHECKS if curves[check][step] == curves[check][step]}
+            for key, flag in monitor.update(values).items():
+                name = key[len(PREFIX + "health/"):]
+                last[name] = flag
+                if flag and name not in first:
+                    first[name] = step + 1
+        for name, flag in last.items():
+            row = out.setdefault(name, {}).setdefault(run["end_state"], {"runs": 0, "flagged_at_end": 0, "first_flag_steps": []})
+            row["runs"] += 1
+            row["flagged_at_end"] += int(flag)
+            if name in first:
+                row["first_flag_steps"].append(first[name])
+    for states in out.values():
+        for row in states.values():
+            steps = row.pop("first_flag_steps")
+            row["ever_flagged"] = len(steps)
+            row["median_first_flag_step"] = float(np.median(steps)) if steps else None
+    return out

@@ -77,6 +77,12 @@ def markdown_table(payload: dict[str, Any]) -> str:
         for key, metrics in sorted(health["silent_terms"].items()):
             for name, row in metrics.items():
                 lines.append(f"| {key} | {name} | {_fmt(row['mean'])} | {row['threshold']} | {'yes' if row['past_threshold'] else 'no'} |")
+        lines += ["", "### Health: the trainer's HealthMonitor replayed on every run (flag = running mean ≥ threshold)", "",
+                  "| check | end state | runs | flagged at the end | ever flagged | median first flag step |", "|---|---|---|---|---|---|"]
+        for name, states in sorted(health.get("monitor", {}).items()):
+            for state, row in sorted(states.items()):
+                first = "–" if row["median_first_flag_step"] is None else f"{row['median_first_flag_step']:.0f}"
+                lines.append(f"| {name} | {state} | {row['runs']} | {row['flagged_at_end']} | {row['ever_flagged']} | {first} |")
         lines += ["", "### Health: the entropy watch replayed on every run (degrading = pass@16 below 0.8 × its best)", "",
                   "| direction | ratio | degrading runs | warned before | missed | median lead (steps) | false alarms / non-degrading runs |",
                   "|---|---|---|---|---|---|---|"]

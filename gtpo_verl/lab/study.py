@@ -204,7 +204,7 @@ def build_payload(runs, methods, tasks, seeds, size, wall_s, workers, quick=Fals
     from gtpo_verl.lab.policy import TinyCausalLM, parameter_count
     from gtpo_verl.lab.tasks import VOCAB
     from gtpo_verl.lab.train import size_dict
-    from gtpo_verl.lab.health import entropy_watch_calibration, silent_terms
+    from gtpo_verl.lab.health import by_end_state, entropy_watch_calibration, monitor_replay, silent_terms
     from gtpo_verl.lab.verdicts import endpoints, verdicts
 
     for run in runs:
@@ -226,7 +226,8 @@ def build_payload(runs, methods, tasks, seeds, size, wall_s, workers, quick=Fals
         "steps_per_s": round(steps_total / wall_s, 2) if wall_s > 0 else None,
         "runs": runs,
         "verdicts": verdicts(runs),
-        "health": {"silent_terms": silent_terms(runs), "entropy_watch": entropy_watch_calibration(runs)},
+        "health": {"silent_terms": silent_terms(runs), "by_end_state": by_end_state(runs), "monitor": monitor_replay(runs),
+                   "entropy_watch": entropy_watch_calibration(runs)},
     }
 
 
