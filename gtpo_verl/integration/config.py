@@ -381,8 +381,9 @@ class EntropyWarningConfig(_Block):
 
     ratio: float = 1.5
     """Warn when the batch mean entropy exceeds ratio × its running baseline (rising: Paper A's collapse)."""
-    fall_ratio: Optional[float] = 1.5
-    """Warn when it drops below its running baseline / fall_ratio (entropy collapse); null = off."""
+    fall_ratio: Optional[float] = None
+    """Warn when it drops below its running baseline / fall_ratio (entropy collapse); null = off.
+    In the lab 1.1 warned before most degrading runs and in most of the others too (docs/lab.md)."""
     momentum: float = 0.9
     """EMA momentum of the baseline."""
     warmup_steps: int = 3

@@ -43,10 +43,10 @@ HEALTH_CHECKS = (
         "not an entropy term; raise kappa or lower alpha in algorithm.adv_transforms",
     ),
     HealthCheck(
-        "all_equal_groups", ALL_EQUAL_GROUPS_FRAC, 0.5,
+        "all_equal_groups", ALL_EQUAL_GROUPS_FRAC, 0.9,
         "{value:.0%} of the batch's groups have one reward for every response and carry no outcome signal "
-        "(the policy is solved or deterministic on them: compare pass@k with pass@1); turn on dynamic sampling "
-        "(algorithm.filter_groups.enable=true) or use harder prompts",
+        "(the policy is deterministic on them, solved or trapped: compare pass@k with pass@1); turn on dynamic "
+        "sampling (algorithm.filter_groups.enable=true) or use harder prompts",
     ),
 )
 """Thresholds calibrated in the lab (``python -m gtpo_verl.lab``: ``results.json["health"]``)."""
