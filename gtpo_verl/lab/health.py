@@ -3,7 +3,7 @@
 - Silent terms: per method, the mean δ filtered fraction (``gtpo/delta/filtered_frac``), the
   entropy-advantage bonus's clipped fraction and the all-equal-group fraction, against the
   thresholds a warning would use (``SILENT_TERM_THRESHOLDS``).
-- The entropy watch: the real trainer's ``EntropyWatch`` (``integration/diagnostics.py``) replayed
+- The entropy watch: the real trainer's ``EntropyWatch`` (``trainer/diagnostics.py``) replayed
   on every run's training entropy curve, in both directions (a falling entropy is watched as a
   rising 1/H). A run *degrades* at the first validation where pass@16 is below
   ``DEGRADE_FRACTION`` × its best earlier value; the lead time is that step minus the first
@@ -22,7 +22,7 @@ WATCH_RATIOS = (1.1, 1.25, 1.5)
 
 
 def _first_warning(entropy: list[float], ratio: float, invert: bool) -> int | None:
-    from gtpo_verl.integration.diagnostics import PREFIX, EntropyWatch
+    from gtpo_verl.trainer.diagnostics import PREFIX, EntropyWatch
 
     watch = EntropyWatch(ratio=ratio)
     for step, value in enumerate(entropy, start=1):
