@@ -15,7 +15,7 @@ demo-cluster:
 
 study:
 	bash examples/cpu_demo/setup_venv.sh
-	.venv-demo/bin/python -m benchmarks.study
+	.venv-demo/bin/python -m research.study
 
 test:
 	.venv/bin/python -m pytest

@@ -41,7 +41,7 @@ def main() -> None:
     from verl.trainer.ppo.v1 import PPOTrainerSync
 
     import gtpo_verl
-    from gtpo_verl.integration.trainer import gtpo_trainer_class
+    from gtpo_verl.trainer.mixin import gtpo_trainer_class
 
     config_dir = os.path.join(os.path.dirname(gtpo_verl.__file__), "config")
 

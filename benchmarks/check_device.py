@@ -3,7 +3,8 @@
 
     PYTHONPATH=. python -m benchmarks.check_device --device cuda [--sizes 128x16x4096,512x16x20480]
 
-1. equality: every estimator (the pure functions, called as the verl adapters call them) and
+1. equality: every row of the estimator table (``plugin/estimators.py``: its pure function,
+   called as the verl adapter calls it, at the config defaults and two variants) and
    the ``grpo_s`` loss (per-sequence terms, seq-mean-token-mean aggregation, forward and
    backward) on ``--device`` against the same code on CPU, on one 64x16x1024 batch;
 2. speed against the memory floor, at each ``--sizes`` entry: median time of one call / the time
@@ -25,27 +26,22 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np  # noqa: F401  (the batch builder's uids)
 import torch
 
-from benchmarks.bench_estimators import make_batch, parse_size, size_label
+from benchmarks.batch import make_batch, parse_size, size_label
 from gtpo_verl.algorithms.groups import group_ids_from_uids
-from gtpo_verl.algorithms.sequence_shaping import grpo_s_advantage, grpo_s_sequence_loss
-from gtpo_verl.algorithms.token_shaping import gtpo_token_advantage
-from gtpo_verl.algorithms.trajectory import LN2, gtpo_traj_advantage
+from gtpo_verl.algorithms.sequence_shaping import grpo_s_sequence_loss
+from gtpo_verl.plugin.estimators import ESTIMATORS, EstimatorBatch
 
 CHECK_SIZE = (64, 16, 1024)
 RTOL, ATOL = 1e-4, 1e-5
-# the benchmark's candidates, with the keyword arguments the config presets resolve to
-TOKEN = dict(alpha1=1.0, alpha2=0.1)
-ESTIMATORS: dict[str, tuple[str, dict[str, Any]]] = {
-    "gtpo_token": ("token", TOKEN),
-    "gtpo_token[negative_shaping]": ("token", {**TOKEN, "negative_shaping": True}),
-    "grpo_s": ("sequence", dict(beta1=1.0, beta2=0.1)),
-    "gtpo_traj[official]": ("trajectory", dict(gamma=0.1, entropy_threshold=0.7, overlap="product", divisor="code")),
-    "gtpo_traj[paper]": ("trajectory", dict(gamma=0.1, entropy_threshold=LN2, overlap="union", divisor="none",
-                                            norm_adv_by_std=True, initial_entropy=0.5)),
-}
+# every row of the estimator table at its config defaults, and the variants the benchmark also times:
+# label → (row, algorithm block overrides)
+CANDIDATES: dict[str, tuple[str, dict[str, Any]]] = {name: (name, {}) for name in ESTIMATORS}
+CANDIDATES.update({
+    "gtpo_token[negative_shaping]": ("gtpo_token", {"negative_shaping": True}),
+    "gtpo_traj[paper]": ("gtpo_traj", {"preset": "paper", "initial_entropy": 0.5}),
+})
 
 
 def synchronize(device: torch.device) -> None:
@@ -53,29 +49,29 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def estimator_call(name: str, batch) -> Callable[[], torch.Tensor]:
-    """One call as the verl adapter makes it: scores from the token rewards, uids to group ids."""
-    kind, kwargs = ESTIMATORS[name]
-    rewards, mask, entropy, responses = batch.token_level_rewards, batch.response_mask, batch.entropys, batch.responses
+def estimator_call(label: str, batch) -> Callable[[], torch.Tensor]:
+    """One call as the verl adapter makes it (the row's ``run``): scores from the token rewards, uids to group ids."""
+    name, overrides = CANDIDATES[label]
+    row = ESTIMATORS[name]
+    block = row.config.from_dict(overrides)
 
     def run() -> torch.Tensor:
         group_ids, num_groups = group_ids_from_uids(batch.uids)
-        scores = rewards.sum(-1)
-        if kind == "token":
-            return gtpo_token_advantage(entropy, mask, scores, group_ids, num_groups, **kwargs).advantages
-        if kind == "sequence":
-            return grpo_s_advantage(entropy, mask, scores, group_ids, num_groups, **kwargs).advantages
-        return gtpo_traj_advantage(responses, mask, scores, group_ids, num_groups, entropy, **kwargs).advantages
+        inputs = EstimatorBatch(
+            owner=label, response_mask=batch.response_mask, sequence_scores=batch.token_level_rewards.sum(-1),
+            group_ids=group_ids, num_groups=num_groups, entropys=batch.entropys, responses=batch.responses,
+        )
+        return row.run(block, inputs).advantages
 
     return run
 
 
-def floor_bytes(name: str, batch) -> int:
-    """Bytes an ideal estimator moves: each (B, T) input read once, the float32 output written once."""
+def floor_bytes(label: str, batch) -> int:
+    """Bytes an ideal estimator moves: each (B, T) input it declares read once, the float32 output written once."""
+    row = ESTIMATORS[CANDIDATES[label][0]]
     nbytes = lambda t: t.numel() * t.element_size()  # noqa: E731
-    total = nbytes(batch.token_level_rewards) + nbytes(batch.response_mask) + nbytes(batch.entropys)
-    if ESTIMATORS[name][0] == "trajectory":
-        total += nbytes(batch.responses)
+    total = nbytes(batch.token_level_rewards) + nbytes(batch.response_mask)
+    total += sum(nbytes(getattr(batch, name)) for name in (*row.inputs, *row.optional))
     return total + batch.response_mask.numel() * 4
 
 
@@ -101,7 +97,7 @@ def equality(device: torch.device, seed: int) -> dict[str, Any]:
     pristine = {k: v.clone() for k, v in reference.tensors().items()}
     moved = reference.to(device)
     rows = []
-    for name in ESTIMATORS:
+    for name in CANDIDATES:
         row: dict[str, Any] = {"candidate": name}
         try:
             expected = estimator_call(name, reference)()
@@ -148,7 +144,7 @@ def floor_ratios(size: tuple[int, int, int], device: torch.device, repeats: int,
     bandwidth = 12 * numel / add_seconds  # bytes/s of one fused read-read-write pass
     del a, b, c
     rows = []
-    for name in ESTIMATORS:
+    for name in CANDIDATES:
         seconds = median_seconds(estimator_call(name, batch), device, repeats)
         floor = floor_bytes(name, batch) / bandwidth
         rows.append({"candidate": name, "median_ms": round(seconds * 1e3, 3), "floor_ms": round(floor * 1e3, 3),

@@ -1,7 +1,9 @@
 """gtpo_verl: entropy-aware credit assignment for verl.
 
 - ``gtpo_verl.algorithms``: the papers' equations as pure, vectorised torch functions.
-- ``gtpo_verl.integration``: verl registration, config blocks, trainer integration.
+- ``gtpo_verl.plugin``: what ``import verl`` loads in every process (registration, the estimator
+  table, losses, transforms, config blocks); ``gtpo_verl.trainer``: the driver / TaskRunner side;
+  ``gtpo_verl.tools``: the command-line tools.
 - ``gtpo_verl.register_entropy_aware_estimator`` / ``gtpo_verl.register_adv_transform``: the
   decorators for your own estimators and transforms (docs/trainer.md).
 
@@ -11,10 +13,10 @@ Docs: docs/algorithms.md. Importing this package imports neither verl nor the re
 __version__ = "0.1.0"
 
 _PUBLIC_API = {
-    "register_entropy_aware_estimator": "gtpo_verl.integration.extensions",
-    "register_adv_transform": "gtpo_verl.integration.extensions",
-    "TransformResult": "gtpo_verl.integration.extensions",
-    "KnobError": "gtpo_verl.integration.extensions",
+    "register_entropy_aware_estimator": "gtpo_verl.plugin.extensions",
+    "register_adv_transform": "gtpo_verl.plugin.extensions",
+    "TransformResult": "gtpo_verl.plugin.extensions",
+    "KnobError": "gtpo_verl.plugin.extensions",
 }
 
 

@@ -3,7 +3,7 @@
 verl's own V1 PPO trainer (``trainer.use_v1=true``, any ``trainer.v1.trainer_mode``) with
 the GTPO trainer mixin, on ``gtpo_verl/config/gtpo_trainer.yaml`` (verl's ``ppo_trainer`` plus
 our algorithm blocks). Our start-up checks run before Ray starts, then the preflight
-(``gtpo_verl.preflight``: every node of the cluster, ``gtpo.preflight=false`` skips it); then verl's own.
+(``gtpo-preflight``: every node of the cluster, ``gtpo.preflight=false`` skips it); then verl's own.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ def run(config) -> None:
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
-    from gtpo_verl.integration.registry import check_registered
-    from gtpo_verl.integration.trainer import make_task_runner
-    from gtpo_verl.integration.validation import validate_gtpo_config
-    from gtpo_verl.integration.watchdog import exit_if_stalled
-    from gtpo_verl.preflight import preflight_enabled, run_preflight
+    from gtpo_verl.plugin.registry import check_registered
+    from gtpo_verl.tools.preflight import preflight_enabled, run_preflight
+    from gtpo_verl.trainer.mixin import make_task_runner
+    from gtpo_verl.trainer.validation import validate_gtpo_config
+    from gtpo_verl.trainer.watchdog import exit_if_stalled
 
     if str(config.trainer.device) == "cpu":  # opt-in CPU mode (gtpo_verl/cpu), before Ray starts
         from gtpo_verl.cpu import activate

@@ -15,7 +15,7 @@
 #   RAY_AUTH_MODE=token  a cluster with Ray token authentication: `ray job submit` and the driver present
 #                     the token from RAY_AUTH_TOKEN, the file RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (Ray's
 #                     order); launch_main stops with a clear error when none is there.
-#   DRY_RUN=preflight run `python3 -m gtpo_verl.preflight` with these overrides and exit with its status:
+#   DRY_RUN=preflight run `python3 -m gtpo_verl.tools.preflight` with these overrides and exit with its status:
 #                     every node of the cluster checked, one line per check. With LAUNCHER=ray and
 #                     RAY_ADDRESS set it is submitted as a Ray job like the run (same runtime env,
 #                     waits for it); otherwise it runs here (RAY_ADDRESS=<head>:6379, or this machine).
@@ -77,7 +77,7 @@ check_ray_token() {
 launch_main() {
     local -a main=(python3 -m gtpo_verl.main "$@") cmd=()
     if [[ "${DRY_RUN}" == preflight ]]; then
-        main=(python3 -m gtpo_verl.preflight "$@")
+        main=(python3 -m gtpo_verl.tools.preflight "$@")
         RAY_NO_WAIT=0 # its exit status is the answer
         if [[ "${LAUNCHER}" == ray && -z "${RAY_ADDRESS_GIVEN}" ]]; then LAUNCHER=direct; fi
     fi
@@ -86,10 +86,10 @@ launch_main() {
         cmd=(ray job submit "--address=${RAY_ADDRESS}")
         if [[ "${SHIP_PACKAGE}" != 0 ]]; then
             if [[ -n "${RUNTIME_ENV}" || "${RUNTIME_ENV_JSON}" != "${DEFAULT_RUNTIME_ENV_JSON}" ]]; then
-                echo "SHIP_PACKAGE=1 writes the runtime env itself: unset RUNTIME_ENV / RUNTIME_ENV_JSON, or add \"py_modules\": [\"${PACKAGE_DIR}\"] and VERL_USE_EXTERNAL_MODULES=gtpo_verl.integration.registry to yours." >&2
+                echo "SHIP_PACKAGE=1 writes the runtime env itself: unset RUNTIME_ENV / RUNTIME_ENV_JSON, or add \"py_modules\": [\"${PACKAGE_DIR}\"] and VERL_USE_EXTERNAL_MODULES=gtpo_verl.plugin.registry to yours." >&2
                 return 2
             fi
-            cmd+=("--runtime-env-json={\"env_vars\": {\"TORCH_NCCL_AVOID_RECORD_STREAMS\": \"1\", \"VERL_USE_EXTERNAL_MODULES\": \"gtpo_verl.integration.registry\"}, \"py_modules\": [\"${PACKAGE_DIR}\"]}")
+            cmd+=("--runtime-env-json={\"env_vars\": {\"TORCH_NCCL_AVOID_RECORD_STREAMS\": \"1\", \"VERL_USE_EXTERNAL_MODULES\": \"gtpo_verl.plugin.registry\"}, \"py_modules\": [\"${PACKAGE_DIR}\"]}")
         elif [[ -n "${RUNTIME_ENV}" ]]; then
             cmd+=("--runtime-env=${RUNTIME_ENV}")
         else

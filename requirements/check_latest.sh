@@ -55,8 +55,8 @@ for env in test cpu-demo; do
         smoke="install FAILED (${log})"
         failed=1
     elif [[ "${env}" == test ]]; then
-        if "${venv}/bin/python" -m pytest -q -p no:randomly tests/test_registry_on_cpu.py \
-            "tests/test_preflight_on_cpu.py::test_two_node_cluster_names_the_node_without_the_package" >>"${log}" 2>&1; then
+        if "${venv}/bin/python" -m pytest -q -p no:randomly tests/plugin/test_registry_on_cpu.py \
+            "tests/tools/test_preflight_on_cpu.py::test_two_node_cluster_names_the_node_without_the_package" >>"${log}" 2>&1; then
             smoke="smoke passed"
         else
             smoke="smoke FAILED (${log})"

@@ -1,6 +1,6 @@
 """The cluster path on one machine: two real Ray nodes, FSDP2 world size 2, DAPO_TOKEN submitted
 with `ray job submit` through recipes/launch.sh, dynamic sampling, balance_batch, dynamic batch
-sizes, verl's padding rows, and the entropy audit (`python -m gtpo_verl.audit`).
+sizes, verl's padding rows, and the entropy audit (`python -m gtpo_verl.tools.audit`).
 
     make demo-cluster          # sets up .venv-demo, then runs this file with it
     .venv-demo/bin/python examples/cpu_demo/run_cluster.py [--steps 4] [--out outputs/demo_cluster]
@@ -38,7 +38,7 @@ sys.path.insert(0, HERE)
 
 from run_demo import DAPO, RUNS, prepare_task, read_metrics  # noqa: E402
 
-from gtpo_verl.ray_auth import write_token  # noqa: E402
+from gtpo_verl.tools.ray_auth import write_token  # noqa: E402
 
 RUN = "DAPO_TOKEN"
 # `ray_init` must not size an existing cluster (Ray refuses num_cpus/num_gpus when connecting)
@@ -333,7 +333,7 @@ def main() -> int:
         summary["teardown_processes_left"] = left
 
     if os.path.isdir(audit_dir):
-        audit = subprocess.run([sys.executable, "-m", "gtpo_verl.audit", audit_dir], capture_output=True, text=True, cwd=ROOT)
+        audit = subprocess.run([sys.executable, "-m", "gtpo_verl.tools.audit", audit_dir], capture_output=True, text=True, cwd=ROOT)
         try:
             report = json.loads(audit.stdout)
             summary["audit"] = {k: report[k] for k in ("rows_checked", "tokens_checked", "padding_rows",

@@ -20,8 +20,8 @@ from gtpo_verl.algorithms.choices import (  # noqa: F401  (the vocabularies, re-
     SEQUENCE_VARIANTS,
     SUCCESS_SHARES,
 )
-from gtpo_verl.algorithms.cpu_threads import one_cpu_thread
-from gtpo_verl.algorithms.groups import RowBlocks, group_sum, masked_product_, row_dot
+from gtpo_verl.algorithms.groups import group_sum, row_dot
+from gtpo_verl.algorithms.kernels.blocks import masked_rows
 from gtpo_verl.algorithms.normalization import zscore_by_class_
 
 # Same stabiliser as verl's vanilla loss: |log π_θ − log π_old| is clamped before exp.
@@ -34,7 +34,8 @@ class SequenceShaping(NamedTuple):
     advantages: torch.Tensor
     sequence_advantages: torch.Tensor
     success: torch.Tensor
-    mean_entropy: torch.Tensor
+    mean_entropy: torch.Tensor  # Ĥ_i
+    success_share: torch.Tensor  # Ĥ_i / mean_{k∈O+} Ĥ_k of the bonus (S31) on O+, 0 elsewhere
 
 
 def share_of_set(
@@ -66,14 +67,13 @@ def share_of_set(
     return share * member_f
 
 
-@one_cpu_thread
 def grpo_s_advantage(
-    entropy: torch.Tensor,
     response_mask: torch.Tensor,
     sequence_scores: torch.Tensor,
     group_ids: torch.Tensor,
     num_groups: int,
     *,
+    entropy: torch.Tensor,
     beta1: float,
     beta2: float,
     success_threshold: float = 0.0,
@@ -108,34 +108,21 @@ def grpo_s_advantage(
     ``single_combined`` is App. B Eq. 46.
 
     Args:
-        entropy: ``(B, T)`` old-policy token entropy; response_mask ``(B, T)``;
-        sequence_scores: ``(B,)``, O+ = ``score > success_threshold``;
+        response_mask: ``(B, T)``; sequence_scores: ``(B,)``, O+ = ``score > success_threshold``;
         group_ids: ``(B,)`` int64 in [0, K). Responses without valid tokens (V1 padding
         rows) are no group members and get 0.
+        entropy: ``(B, T)`` old-policy token entropy.
 
     Returns:
         ``SequenceShaping``; ``advantages`` is Â_i on every valid token of response i.
     """
     dtype = torch.promote_types(entropy.dtype, torch.float32)
-    device = entropy.device
+    device = response_mask.device
     group_ids = group_ids.to(device)
-    entropy = entropy.detach()
-    # One pass: the float mask goes straight into the output buffer (scaled by Â_i at the end),
-    # the masked entropies into a block scratch (CPU row blocks, see RowBlocks).
-    blocks = RowBlocks(response_mask, dtype)
-    out = torch.empty(response_mask.shape, dtype=dtype, device=device)
-    counts = torch.empty(response_mask.shape[0], dtype=dtype, device=device)
-    entropy_sums = torch.empty_like(counts)
     geometric_entropy = sequence_entropy == "geometric"
-    for block in blocks:
-        mask = out[block].copy_(response_mask[block])
-        torch.sum(mask, -1, out=counts[block])
-        product = blocks.scratch(block)
-        entropy_sums[block] = masked_product_(
-            entropy[block], mask, product, "entropy", first_row=block.start, clamp_min=0.0
-        )
-        if geometric_entropy:  # Σ_t log(H + ε) over valid tokens
-            entropy_sums[block] = row_dot(product.add_(epsilon).log_(), mask)
+    # one blocked pass: the float mask goes straight into the output (scaled by Â_i at the end)
+    rows = masked_rows(response_mask, dtype, entropy=entropy, log_epsilon=epsilon if geometric_entropy else None)
+    out, counts, entropy_sums = rows.out, rows.counts, rows.entropy_sums
     member = counts > 0
     success = (sequence_scores.to(device) > success_threshold) & member
     fail = ~success & member
@@ -180,6 +167,7 @@ def grpo_s_advantage(
         sequence_advantages=seq_adv,
         success=success,
         mean_entropy=mean_entropy,
+        success_share=share,
     )
 
 

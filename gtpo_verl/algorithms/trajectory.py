@@ -25,8 +25,8 @@ from gtpo_verl.algorithms.choices import (  # noqa: F401  (the vocabularies, re-
     FILTER_SCOPES,
     OVERLAP_MODES,
 )
-from gtpo_verl.algorithms.cpu_threads import one_cpu_thread
-from gtpo_verl.algorithms.groups import RowBlocks, group_sum, masked_product_, members_matrix, sample_variance
+from gtpo_verl.algorithms.groups import group_sum, members_matrix, sample_variance
+from gtpo_verl.algorithms.kernels.blocks import masked_rows
 
 LN2 = math.log(2.0)
 # A response is tied with its group mean (inactive, A = 0, as in an all-equal group) when
@@ -281,15 +281,14 @@ def entropy_filter(
     return keep
 
 
-@one_cpu_thread
 def gtpo_traj_advantage(
-    responses: torch.Tensor,
     response_mask: torch.Tensor,
     sequence_scores: torch.Tensor,
     group_ids: torch.Tensor,
     num_groups: int,
-    entropy: torch.Tensor | None = None,
     *,
+    responses: torch.Tensor,
+    entropy: torch.Tensor | None = None,
     gamma: float = 0.1,
     entropy_threshold: float | None = 0.7,
     conflict_weight: float = 2.0,
@@ -311,8 +310,8 @@ def gtpo_traj_advantage(
     surrogate; verl's ``seq-mean-token-mean`` then supplies (1/G) Σ_i 1/|o_i| Σ_t.
 
     Args:
-        responses: ``(B, T)`` int token ids; response_mask ``(B, T)``.
-        sequence_scores: ``(B,)`` r_i; group_ids ``(B,)`` in [0, K).
+        response_mask: ``(B, T)``; sequence_scores: ``(B,)`` r_i; group_ids ``(B,)`` in [0, K).
+        responses: ``(B, T)`` int token ids.
         entropy: ``(B, T)`` old-policy entropy H_{i,t}; may be None only when ``gamma == 0``
             (or ``entropy_reg_mode="differentiable"``) and ``entropy_threshold is None``.
         entropy_reg_mode: ``advantage_offset`` (official: Ã = δ(A − γ⟨H⟩), a detached
@@ -327,25 +326,10 @@ def gtpo_traj_advantage(
     group_ids = group_ids.to(device)
     sequence_scores = sequence_scores.to(device)
     batch, width = response_mask.shape
-    # One pass over the batch (CPU row blocks, see RowBlocks): the float mask goes straight into
-    # the output buffer (scaled by the per-response coefficient at the end); its row sums, the
-    # last valid position and the entropy sums are reduced from block scratch.
-    blocks = RowBlocks(response_mask, dtype)
-    advantages = torch.empty(batch, width, dtype=dtype, device=device)
-    counts = torch.empty(batch, dtype=dtype, device=device)
-    last_position = torch.zeros(batch, dtype=dtype, device=device)
-    entropy_sums = None if entropy is None else torch.empty(batch, dtype=dtype, device=device)
-    positions = torch.arange(1, width + 1, dtype=dtype, device=device)
-    for block in blocks:
-        mask = advantages[block].copy_(response_mask[block])
-        torch.sum(mask, -1, out=counts[block])
-        if width:
-            # the backward run is anchored at the last valid token (EOS, or the last generated one)
-            torch.amax(torch.mul(mask, positions, out=blocks.scratch(block)), -1, out=last_position[block])
-        if entropy is not None:
-            entropy_sums[block] = masked_product_(
-                entropy[block].detach(), mask, blocks.scratch(block), "entropy", first_row=block.start, clamp_min=0.0
-            )  # entropies below 0 (rounding) count as 0
+    # one blocked pass: the float mask goes straight into the output (scaled by the per-response
+    # coefficient at the end); the backward run is anchored at each row's last valid token
+    rows = masked_rows(response_mask, dtype, entropy=entropy, last_position=True)
+    advantages, counts, entropy_sums, last_position = rows.out, rows.counts, rows.entropy_sums, rows.last_position
     lengths = last_position.to(torch.int64) if width else counts.long()
     member = counts > 0
 

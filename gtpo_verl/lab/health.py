@@ -3,7 +3,7 @@
 - Silent terms: per method, the mean δ filtered fraction (``gtpo/delta/filtered_frac``), the
   entropy-advantage bonus's clipped fraction and the all-equal-group fraction, against the
   thresholds a warning would use (``SILENT_TERM_THRESHOLDS``).
-- The entropy watch: the real trainer's ``EntropyWatch`` (``integration/diagnostics.py``) replayed
+- The entropy watch: the real trainer's ``EntropyWatch`` (``trainer/diagnostics.py``) replayed
   on every run's training entropy curve, in each direction (its rising and its falling flag). A run *degrades* at the first validation where pass@16 is below
   ``DEGRADE_FRACTION`` × its best earlier value; the lead time is that step minus the first
   warning's step. A warning in a run that never degrades is a false alarm.
@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from gtpo_verl.integration.health import HEALTH_CHECKS
+from gtpo_verl.trainer.health import HEALTH_CHECKS
 
-# the lab's curve of each of the trainer's health checks (gtpo_verl/integration/health.py)
+# the lab's curve of each of the trainer's health checks (gtpo_verl/trainer/health.py)
 CURVE_OF_CHECK = {"delta_filtered": "delta_filtered_frac", "bonus_clipped": "bonus_clipped_frac",
                   "all_equal_groups": "all_equal_frac"}
 SILENT_TERM_THRESHOLDS = {CURVE_OF_CHECK[check.name]: check.threshold for check in HEALTH_CHECKS}
@@ -28,7 +28,7 @@ WATCH_RATIOS = (1.1, 1.25, 1.5, 2.0)
 
 def _first_warning(entropy: list[float], ratio: float, falling: bool) -> int | None:
     """The first step the trainer's entropy watch flags, watching one direction at ``ratio``."""
-    from gtpo_verl.integration.diagnostics import PREFIX, EntropyWatch
+    from gtpo_verl.trainer.diagnostics import PREFIX, EntropyWatch
 
     watch = EntropyWatch(ratio=math.inf, fall_ratio=ratio) if falling else EntropyWatch(ratio=ratio, fall_ratio=None)
     flag = PREFIX + ("entropy/fall_warning" if falling else "entropy/collapse_warning")
@@ -111,10 +111,10 @@ def monitor_replay(runs: list[dict]) -> dict[str, dict[str, Any]]:
     runs flagged at their last step, and the median step the flag first turned on."""
     import logging
 
-    from gtpo_verl.integration.diagnostics import PREFIX
-    from gtpo_verl.integration.health import HealthMonitor
+    from gtpo_verl.trainer.diagnostics import PREFIX
+    from gtpo_verl.trainer.health import HealthMonitor
 
-    logging.getLogger("gtpo_verl.integration.health").setLevel(logging.ERROR)  # the replay's warnings are the data
+    logging.getLogger("gtpo_verl.trainer.health").setLevel(logging.ERROR)  # the replay's warnings are the data
     out: dict[str, dict[str, Any]] = {}
     for run in runs:
         monitor = HealthMonitor()

@@ -79,7 +79,7 @@ def resolve_methods(spec: str) -> list[Method]:
     import verl  # noqa: F401  (loads the plugin: our estimators and transforms register)
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
 
-    from gtpo_verl.integration.extensions import registered_transforms
+    from gtpo_verl.plugin.extensions import registered_transforms
 
     out = []
     for item in [s.strip() for s in spec.split(",") if s.strip()]:

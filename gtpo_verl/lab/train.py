@@ -89,8 +89,8 @@ def _pad_cat(tensors: list[torch.Tensor], fill: int = 0) -> torch.Tensor:
 
 
 def validate(model, task: Task, size: LabSize, seed: int, step: int) -> dict[str, float]:
-    """Unbiased pass@k (``gtpo_verl.metrics``), maj@n and distinct answers per prompt on the fixed set."""
-    from gtpo_verl.metrics import majority_success, pass_at_k
+    """Unbiased pass@k (``gtpo_verl.algorithms.pass_at_k``), maj@n and distinct answers per prompt on the fixed set."""
+    from gtpo_verl.algorithms.pass_at_k import majority_success, pass_at_k
 
     problems = validation_problems(task, size.eval_prompts)
     generator = torch.Generator().manual_seed(init_seed(seed, SALT_VALIDATION) + step)

@@ -52,10 +52,9 @@ def compute_advantages(
     """Advantages ``(B, T)`` through verl's registry and our transforms, plus our ``gtpo/*`` health metrics."""
     from verl.trainer.ppo import core_algos
 
-    from gtpo_verl.algorithms.groups import group_ids_from_uids
-    from gtpo_verl.integration.context import bind_estimator_inputs
-    from gtpo_verl.integration.diagnostics import estimator_metrics
-    from gtpo_verl.integration.extensions import apply_adv_transforms, parse_adv_transforms
+    from gtpo_verl.plugin.context import bind_estimator_inputs
+    from gtpo_verl.trainer.diagnostics import estimator_metrics
+    from gtpo_verl.plugin.extensions import apply_adv_transforms, parse_adv_transforms
 
     config = algorithm_config(method, initial_entropy)
     bound = {"entropys": entropys.to(torch.float32), "responses": responses, "old_log_probs": old_log_probs}
@@ -75,9 +74,8 @@ def compute_advantages(
             )
     result = outputs.get(method.estimator)
     if diagnostics and result is not None:
-        group_ids, num_groups = outputs.get("groups") or group_ids_from_uids(uids)
         real_rows = torch.ones(response_mask.shape[0], dtype=torch.bool)
-        metrics.update(estimator_metrics(method.estimator, result, response_mask.to(torch.float32), real_rows, group_ids, num_groups))
+        metrics.update(estimator_metrics(method.estimator, result, response_mask.to(torch.float32), real_rows))
     transforms = parse_adv_transforms([dict(t) for t in method.transforms])
     advantages, mask = apply_adv_transforms(transforms, advantages, response_mask, bound, metrics if diagnostics else None)
     return Advantages(advantages=advantages, response_mask=mask, metrics=metrics)
@@ -87,7 +85,7 @@ def actor_config(method: Method):
     """verl's ``ActorConfig`` with the method's clip, aggregation and policy-loss knobs."""
     from verl.workers.config import ActorConfig
 
-    from gtpo_verl.integration.loss_config import GTPOPolicyLossConfig
+    from gtpo_verl.plugin.loss_config import GTPOPolicyLossConfig
 
     return ActorConfig(
         strategy="fsdp",

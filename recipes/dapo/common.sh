@@ -110,7 +110,7 @@ dapo_main() {
         actor_rollout_ref.model.path="${MODEL_PATH}" \
         actor_rollout_ref.model.use_remove_padding=True \
         actor_rollout_ref.model.enable_gradient_checkpointing=True \
-        actor_rollout_ref.model.external_lib=gtpo_verl.integration.registry \
+        actor_rollout_ref.model.external_lib=gtpo_verl.plugin.registry \
         actor_rollout_ref.actor.use_dynamic_bsz="${use_dynamic_bsz}" \
         actor_rollout_ref.rollout.log_prob_use_dynamic_bsz="${use_dynamic_bsz}" \
         actor_rollout_ref.actor.ppo_max_token_len_per_gpu="${max_token_len}" \

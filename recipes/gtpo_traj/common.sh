@@ -101,7 +101,7 @@ paper_a_main() {
         actor_rollout_ref.model.lora_alpha="${lora_alpha}" \
         actor_rollout_ref.model.use_remove_padding=True \
         actor_rollout_ref.model.enable_gradient_checkpointing=True \
-        actor_rollout_ref.model.external_lib=gtpo_verl.integration.registry \
+        actor_rollout_ref.model.external_lib=gtpo_verl.plugin.registry \
         actor_rollout_ref.actor.use_dynamic_bsz=True \
         actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True \
         actor_rollout_ref.actor.ppo_max_token_len_per_gpu="${max_token_len}" \

@@ -7,7 +7,7 @@ def actor_config(loss_agg_mode="seq-mean-token-mean", ratio_mean="arithmetic", l
     """verl's ``ActorConfig`` with DAPO's clip pair (0.2 / 0.28) and our policy-loss config."""
     from verl.workers.config import ActorConfig
 
-    from gtpo_verl.integration.loss_config import GTPOPolicyLossConfig
+    from gtpo_verl.plugin.loss_config import GTPOPolicyLossConfig
 
     return ActorConfig(
         strategy="fsdp",

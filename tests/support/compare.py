@@ -17,7 +17,7 @@ from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
 from gtpo_verl.algorithms.sequence_shaping import grpo_s_advantage
-from gtpo_verl.algorithms.token_shaping import gtpo_token_advantage
+from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage
 from gtpo_verl.algorithms.trajectory import gtpo_traj_advantage
 from support.references import LN2, ref_grpo_s, ref_gtpo_token, ref_gtpo_traj
 
@@ -34,7 +34,7 @@ SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
 
 
 def call_token(b, **kw):
-    return gtpo_token_advantage(b["entropy"], b["mask"], b["scores"], b["gids"], b["K"], **kw)
+    return gtpo_token_advantage(b["mask"], b["scores"], b["gids"], b["K"], entropy=b["entropy"], **kw)
 
 
 def ref_token(b, **kw):
@@ -43,7 +43,7 @@ def ref_token(b, **kw):
 
 
 def call_seq(b, **kw):
-    return grpo_s_advantage(b["entropy"], b["mask"], b["scores"], b["gids"], b["K"], **kw)
+    return grpo_s_advantage(b["mask"], b["scores"], b["gids"], b["K"], entropy=b["entropy"], **kw)
 
 
 def ref_seq(b, **kw):
@@ -53,7 +53,7 @@ def ref_seq(b, **kw):
 
 def call_traj(b, use_entropy=True, **kw):
     ent = b["entropy"] if use_entropy else None
-    return gtpo_traj_advantage(b["responses"], b["mask"], b["scores"], b["gids"], b["K"], ent, **kw)
+    return gtpo_traj_advantage(b["mask"], b["scores"], b["gids"], b["K"], responses=b["responses"], entropy=ent, **kw)
 
 
 def ref_traj(b, use_entropy=True, **kw):

@@ -68,7 +68,7 @@ def make_v1_trainer(config, **attributes):
     """A ``GTPOPPOTrainerSync`` with ``config`` and no workers (only the advantage step can run)."""
     from verl.trainer.ppo.v1 import PPOTrainerSync
 
-    from gtpo_verl.integration.trainer import gtpo_trainer_class
+    from gtpo_verl.trainer.mixin import gtpo_trainer_class
 
     trainer = object.__new__(gtpo_trainer_class(PPOTrainerSync))
     trainer.config = config

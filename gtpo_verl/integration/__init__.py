@@ -1,1 +1,0 @@
-"""The verl-facing layer: registration, config blocks, trainer integration (imports verl)."""

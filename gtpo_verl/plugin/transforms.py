@@ -1,0 +1,91 @@
+"""The built-in advantage transforms (``algorithm.adv_transforms``): two entropy-aware baselines.
+
+- ``high_entropy_tokens`` (arXiv:2506.01939): advantages kept only on the batch's top-ρ
+  entropy tokens; knobs ``rho``, ``normalize_over`` (docs/spec.md C.1).
+- ``entropy_advantage`` (arXiv:2506.14758): A + min(α·H, |A|/κ); knobs ``alpha``, ``kappa``
+  (docs/spec.md C.2).
+
+Both read old-policy entropy (input ``entropys``) and run after any estimator, e.g.
+``algorithm.adv_estimator=grpo algorithm.adv_transforms='[{name:entropy_advantage}]'``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from gtpo_verl.algorithms.choices import HIGH_ENTROPY_NORMALIZATIONS
+from gtpo_verl.algorithms.entropy_baselines import (
+    DEFAULT_ALPHA,
+    DEFAULT_KAPPA,
+    DEFAULT_RHO,
+    entropy_advantage_bonus_and_stats,
+    high_entropy_token_mask_and_threshold,
+)
+from gtpo_verl.plugin.extensions import KnobError, TransformResult, register_adv_transform
+
+
+@dataclass(frozen=True)
+class HighEntropyTokensKnobs:
+    """Knobs of ``high_entropy_tokens`` (docs/config.md)."""
+
+    rho: float = DEFAULT_RHO
+    """ρ ∈ (0, 1]: the share of the batch's valid tokens, by old-policy entropy, that keep their advantage."""
+    normalize_over: str = "valid"
+    """Token-mean denominator: ``valid`` (the paper's 1/Σ|o_i|) or ``kept`` (the official code: kept tokens only)."""
+
+    def __post_init__(self):
+        if not (isinstance(self.rho, (int, float)) and 0.0 < float(self.rho) <= 1.0):
+            raise KnobError("rho", "must be in (0, 1]; the paper keeps the top 20% (rho: 0.2).")
+        if self.normalize_over not in HIGH_ENTROPY_NORMALIZATIONS:
+            raise KnobError("normalize_over", f"choose one of {list(HIGH_ENTROPY_NORMALIZATIONS)}.")
+
+
+@dataclass(frozen=True)
+class EntropyAdvantageKnobs:
+    """Knobs of ``entropy_advantage`` (docs/config.md)."""
+
+    alpha: float = DEFAULT_ALPHA
+    """α ≥ 0 of ψ(H) = min(α·H, |A|/κ) (paper: 0.4; 0 disables the bonus)."""
+    kappa: float = DEFAULT_KAPPA
+    """κ > 0: ψ is at most |A|/κ (paper: 2)."""
+
+    def __post_init__(self):
+        if not (isinstance(self.alpha, (int, float)) and math.isfinite(self.alpha) and self.alpha >= 0):
+            raise KnobError("alpha", "must be finite and >= 0; the paper uses 0.4 (0 disables the bonus).")
+        if not (isinstance(self.kappa, (int, float)) and math.isfinite(self.kappa) and self.kappa > 0):
+            raise KnobError("kappa", "must be finite and > 0; the paper uses 2.")
+
+
+def _valid_count(response_mask: torch.Tensor) -> float:
+    return float(response_mask.bool().sum())
+
+
+@register_adv_transform("high_entropy_tokens", inputs=("entropys",), knobs=HighEntropyTokensKnobs)
+def high_entropy_tokens(advantages, response_mask, knobs: HighEntropyTokensKnobs, *, entropys) -> TransformResult:
+    """Zero the advantage of every token below the batch's (1 − ρ) entropy quantile (docs/spec.md C.1)."""
+    valid = _valid_count(response_mask)
+    if valid == 0:  # nothing to select (a batch of padding rows only): advantages are already 0 there
+        return TransformResult(advantages, metrics={"kept_fraction": 0.0, "kept_tokens": 0.0})
+    kept, tau = high_entropy_token_mask_and_threshold(entropys, response_mask, float(knobs.rho))
+    new = advantages.masked_fill(kept.logical_not(), 0.0)
+    kept_tokens = float(kept.sum())
+    metrics = {"kept_fraction": kept_tokens / valid, "kept_tokens": kept_tokens, "entropy_threshold": tau}
+    narrowed = kept.to(response_mask.dtype) if knobs.normalize_over == "kept" else None
+    return TransformResult(new, response_mask=narrowed, metrics=metrics)
+
+
+@register_adv_transform("entropy_advantage", inputs=("entropys",), knobs=EntropyAdvantageKnobs)
+def entropy_advantage(advantages, response_mask, knobs: EntropyAdvantageKnobs, *, entropys) -> TransformResult:
+    """A + min(α·H, |A|/κ) on valid tokens (docs/spec.md C.2)."""
+    new, bonus_sum, clipped = entropy_advantage_bonus_and_stats(
+        advantages, entropys, response_mask, float(knobs.alpha), float(knobs.kappa)
+    )
+    count = _valid_count(response_mask)
+    metrics = {"bonus_mean": bonus_sum / count if count else 0.0, "clipped_fraction": clipped / count if count else 0.0}
+    return TransformResult(new, metrics=metrics)
+
+
+TRANSFORM_KNOBS = {"high_entropy_tokens": HighEntropyTokensKnobs, "entropy_advantage": EntropyAdvantageKnobs}

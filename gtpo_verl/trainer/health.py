@@ -1,0 +1,96 @@
+"""Algorithm health: ``gtpo/health/*`` and one warning when a term of the method silently does nothing.
+
+Each check reads one per-step metric the diagnostics already computed and compares it with a
+threshold calibrated on the lab's runs (docs/lab.md, "Algorithm health"): the metric's value is
+far from the threshold in runs where the term acts and at or past it in runs where it does not.
+A check's flag is ``gtpo/health/<name>`` (1 while the metric's running mean is at or past the
+threshold); the warning is logged when the flag turns on, with the key that fixes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from gtpo_verl.trainer.diagnostics import PREFIX
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    name: str
+    metric: str
+    threshold: float
+    message: str
+
+
+ALL_EQUAL_GROUPS_FRAC = PREFIX + "health/all_equal_groups_frac"
+
+HEALTH_CHECKS = (
+    HealthCheck(
+        "delta_filtered", PREFIX + "delta/filtered_frac", 0.9,
+        "the δ entropy filter drops {value:.0%} of responses (⟨H⟩_i above algorithm.gtpo_traj.entropy_threshold), "
+        "so their entropy regulariser and most of the update are gone; raise the threshold above the model's "
+        "per-response entropy (gtpo/entropy/batch_mean) or set algorithm.gtpo_traj.ini_entropy_gate=true",
+    ),
+    HealthCheck(
+        "bonus_clipped", PREFIX + "transform/entropy_advantage/clipped_fraction", 0.9,
+        "the entropy-advantage bonus hits its cap |A|/κ on {value:.0%} of tokens, so it is a rescaled advantage, "
+        "not an entropy term; raise kappa or lower alpha in algorithm.adv_transforms",
+    ),
+    HealthCheck(
+        "all_equal_groups", ALL_EQUAL_GROUPS_FRAC, 0.9,
+        "{value:.0%} of the batch's groups have one reward for every response and carry no outcome signal "
+        "(the policy is deterministic on them, solved or trapped: compare pass@k with pass@1); turn on dynamic "
+        "sampling (algorithm.filter_groups.enable=true) or use harder prompts",
+    ),
+)
+"""Thresholds calibrated in the lab (``python -m gtpo_verl.lab``: ``results.json["health"]``)."""
+
+
+def all_equal_groups_frac(scores: torch.Tensor, uids: np.ndarray) -> float:
+    """Fraction of groups (rows sharing a uid) whose sequence scores ``(B,)`` are all equal."""
+    if not len(uids):
+        return 0.0
+    _, inverse = np.unique(uids, return_inverse=True)
+    group = torch.as_tensor(inverse.reshape(-1), dtype=torch.long)
+    count = int(group.max()) + 1
+    scores = scores.to(torch.float64)
+    low = torch.full((count,), float("inf"), dtype=torch.float64).scatter_reduce(0, group, scores, "amin")
+    high = torch.full((count,), float("-inf"), dtype=torch.float64).scatter_reduce(0, group, scores, "amax")
+    return float((low == high).to(torch.float64).mean())
+
+
+@dataclass
+class HealthMonitor:
+    """Flags a check while its metric's running mean is at or past the threshold; warns when a flag turns on.
+
+    The running mean (EMA, ``momentum``) keeps one noisy batch from flagging, and one good batch
+    from clearing, a term that is persistently silent.
+    """
+
+    checks: tuple[HealthCheck, ...] = HEALTH_CHECKS
+    momentum: float = 0.9
+    means: dict = field(default_factory=dict)
+    active: set = field(default_factory=set)
+
+    def update(self, metrics: dict) -> dict[str, float]:
+        out = {}
+        for check in self.checks:
+            if check.metric not in metrics:
+                continue
+            value = float(metrics[check.metric])
+            previous = self.means.get(check.name)
+            mean = value if previous is None else self.momentum * previous + (1 - self.momentum) * value
+            self.means[check.name] = mean
+            flag = mean >= check.threshold
+            out[PREFIX + "health/" + check.name] = float(flag)
+            if flag and check.name not in self.active:
+                logger.warning("gtpo health: %s (%s running mean %.3f, threshold %.2f)", check.message.format(value=mean),
+                               check.metric, mean, check.threshold)
+            (self.active.add if flag else self.active.discard)(check.name)
+        return out

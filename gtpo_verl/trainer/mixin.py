@@ -1,0 +1,317 @@
+"""V1-trainer integration: hands per-token TransferQueue fields to entropy-aware estimators.
+
+verl 0.9.1's V1 trainer already computes per-token entropy in the old-log-prob pass and
+keeps it in TransferQueue as ``entropy`` (trainer_base.py ``_compute_old_log_prob``), next
+to ``old_log_probs`` and the rollout's ``responses``; its ``_compute_advantage`` just never
+fetches them. The mixin below fetches the fields the configured estimator and transforms
+declared (``plugin/extensions.py``) in one read, binds them for the duration of verl's
+own ``_compute_advantage`` (no copy of verl's logic, no extra model pass), applies
+``algorithm.adv_transforms`` to the advantages verl wrote and writes them back, then logs
+``gtpo/*`` diagnostics and keeps the algorithm state (⟨H⟩_ini, the entropy watch) in checkpoints.
+Validation adds unbiased pass@k and maj@n next to verl's bootstrap best@N (``_val_metrics_update``).
+
+verl internals relied on (check them on a verl upgrade): ``PPOTrainer._compute_advantage``,
+``_save_checkpoint``, ``_load_checkpoint``, ``on_init_end`` and ``_val_metrics_update``; ``TRAINER_REGISTRY`` /
+``get_trainer_cls``; ``TaskRunnerV1.run``; ``verl.workers.utils.padding.response_to_nested``; TQ field
+names ``entropy``, ``responses``, ``old_log_probs``, ``advantages``, ``returns``, ``response_mask`` and ``KVBatchMeta.tags[i]["is_padding"]``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator, Optional
+
+import numpy as np
+import torch
+
+from gtpo_verl.algorithms.groups import row_dot
+from gtpo_verl.plugin.config import select
+from gtpo_verl.plugin.context import bind_estimator_inputs
+from gtpo_verl.plugin.estimators import ESTIMATORS
+from gtpo_verl.plugin.extensions import (
+    CALLED,
+    INPUT_FIELDS,
+    advantage_input_fields,
+    apply_adv_transforms,
+    estimator_inputs,
+    parse_adv_transforms,
+)
+from gtpo_verl.plugin.registry import check_registered
+from gtpo_verl.trainer.audit_dump import dump_audit_step, validate_audit_config
+from gtpo_verl.trainer.diagnostics import PREFIX, EntropyWatch, estimator_metrics, masked_token_mean
+from gtpo_verl.trainer.fields import padded, real_rows, response_mask_like
+from gtpo_verl.trainer.health import ALL_EQUAL_GROUPS_FRAC, HealthMonitor, all_equal_groups_frac
+from gtpo_verl.trainer.settings import GTPOSettings
+from gtpo_verl.trainer.validation_metrics import gtpo_validation_metrics
+from gtpo_verl.trainer.watchdog import install_generation_watchdog
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "gtpo_state.json"
+
+
+@dataclass
+class GTPOAlgorithmState:
+    """Running state that must survive a resume (saved as ``global_step_N/gtpo_state.json``)."""
+
+    initial_entropy: Optional[float] = None  # ⟨H⟩_ini, Paper A's δ gate (measured before the first update)
+    entropy_watch: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, folder: str) -> str:
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, STATE_FILE)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(asdict(self), f, indent=1)
+        os.replace(tmp, path)  # atomic: a crash never leaves a half-written state
+        return path
+
+    @classmethod
+    def load(cls, folder: str) -> Optional["GTPOAlgorithmState"]:
+        path = os.path.join(folder, STATE_FILE)
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return cls(**json.load(f))
+
+
+class GTPOTrainerMixin:
+    """Mix into a verl V1 ``PPOTrainer`` subclass: ``type("GTPO" + Base.__name__, (GTPOTrainerMixin, Base), {})``."""
+
+    # ------------------------------------------------------------------ state
+    @property
+    def gtpo_state(self) -> GTPOAlgorithmState:
+        if not hasattr(self, "_gtpo_state"):
+            self._gtpo_state = GTPOAlgorithmState()
+        return self._gtpo_state
+
+    @property
+    def gtpo_entropy_watch(self) -> EntropyWatch:
+        if not hasattr(self, "_gtpo_entropy_watch"):
+            knobs = GTPOSettings.from_config(self.config).entropy_warning
+            watch = EntropyWatch(ratio=knobs.ratio, fall_ratio=knobs.fall_ratio, momentum=knobs.momentum,
+                                 warmup_steps=knobs.warmup_steps)
+            if self.gtpo_state.entropy_watch:
+                watch.load_state_dict(self.gtpo_state.entropy_watch)
+            self._gtpo_entropy_watch = watch
+        return self._gtpo_entropy_watch
+
+    # ------------------------------------------------------------------ hooks
+    @property
+    def gtpo_health(self) -> HealthMonitor:
+        if not hasattr(self, "_gtpo_health"):
+            self._gtpo_health = HealthMonitor()
+        return self._gtpo_health
+
+    def on_init_end(self):
+        super().on_init_end()
+        check_registered()  # plugin import errors are silent in verl: fail here, in the TaskRunner
+        install_generation_watchdog(self)  # gtpo.watchdog.generation_timeout_s (off when null)
+
+    def _compute_advantage(self, batch, metrics: dict):
+        estimator = str(self.config.algorithm.adv_estimator)
+        diagnostics = GTPOSettings.from_config(self.config).diagnostics
+        transforms = parse_adv_transforms(select(self.config, "algorithm.adv_transforms"))
+        # exactly the fields the estimator and the transforms declared (+ entropy for the watch): one TQ read
+        inputs = advantage_input_fields(estimator, transforms)
+        fields = [INPUT_FIELDS[name] for name in inputs]
+        if diagnostics and "entropy" not in fields:
+            fields.append("entropy")
+        if not fields:
+            batch = super()._compute_advantage(batch, metrics)
+            return self._gtpo_transform_advantages(batch, transforms, {}, metrics, diagnostics)
+        import transfer_queue as tq
+
+        health_fields = ["rm_scores", "uid"] if diagnostics else []  # the all-equal-groups check, same read
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields + health_fields)
+        # response-only fields are nested like verl's response_mask (same rows, same lengths): padded,
+        # they take the (B, T) layout verl's _compute_advantage builds; the estimator wrapper aligns widths
+        padded_fields = {field: padded(data[field]) for field in fields}
+        bound = {name: padded_fields[INPUT_FIELDS[name]] for name in inputs}
+        if "entropys" in bound:
+            bound["entropys"] = bound["entropys"].to(torch.float32)
+        entropy = padded_fields["entropy"].to(torch.float32) if "entropy" in padded_fields else None
+        reference = next(f for f in ("entropy", "old_log_probs", *fields) if f in padded_fields)  # response-only first
+        mask = response_mask_like(data[reference], padded_fields[reference])
+        real = real_rows(batch)
+        declared = estimator_inputs(estimator) is not None
+        if declared:
+            metrics[PREFIX + "batch/padding_rows"] = float((~real).sum())  # verl's dp-divisibility rows
+        initial_entropy = self._gtpo_initial_entropy(estimator, entropy, mask, real)
+        with bind_estimator_inputs(initial_entropy=initial_entropy, diagnostics=diagnostics, **bound) as outputs:
+            batch = super()._compute_advantage(batch, metrics)
+        if declared and outputs.get(CALLED) != estimator:
+            raise RuntimeError(
+                f"verl did not call the {estimator!r} estimator through its registry; is another plugin "
+                "overriding algorithm.adv_estimator handling?"
+            )
+        result = outputs.get(estimator)  # the detailed result of gtpo_verl's own estimators
+        if result is not None:
+            responses = bound.get("responses")
+            dump_audit_step(self, batch, estimator, entropy, responses, initial_entropy)  # opt-in: gtpo.audit
+        if diagnostics:
+            if result is not None:
+                metrics.update(estimator_metrics(estimator, result, mask, real))
+            self._gtpo_update_watch(entropy, mask, real, metrics)  # baselines too: one definition for all runs
+            if self.gtpo_state.initial_entropy is not None:
+                metrics[PREFIX + "entropy/initial"] = float(self.gtpo_state.initial_entropy)
+            scores = padded(data["rm_scores"]).sum(-1)
+            uids = np.array(list(data["uid"]), dtype=object)
+            metrics[ALL_EQUAL_GROUPS_FRAC] = all_equal_groups_frac(scores[real], uids[real.numpy()])
+        batch = self._gtpo_transform_advantages(batch, transforms, bound, metrics, diagnostics)
+        if diagnostics:
+            metrics.update(self.gtpo_health.update(metrics))
+        return batch
+
+    def _gtpo_transform_advantages(self, batch, transforms, inputs: dict, metrics: dict, diagnostics: bool):
+        """Apply ``algorithm.adv_transforms`` to the advantages verl wrote, and write them back the same way."""
+        if not transforms:
+            return batch
+        import transfer_queue as tq
+        from tensordict import TensorDict
+        from verl.workers.utils.padding import response_to_nested
+
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages", "returns", "response_mask"]
+        )
+        nested_mask = data["response_mask"]
+        response_mask = padded(nested_mask)
+        advantages, returns = padded(data["advantages"]), padded(data["returns"])
+        returns_are_advantages = torch.equal(advantages, returns)  # GRPO family; GAE's returns are value targets
+        new_advantages, new_mask = apply_adv_transforms(
+            transforms, advantages, response_mask, inputs, metrics if diagnostics else None
+        )
+        output = {"advantages": response_to_nested(new_advantages, nested_mask)}
+        if returns_are_advantages:
+            output["returns"] = output["advantages"]
+        if not torch.equal(new_mask, response_mask):  # high_entropy_tokens normalize_over=kept
+            output["response_mask"] = response_to_nested(new_mask, nested_mask)
+        return tq.kv_batch_put(
+            keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch))
+        )
+
+    def _gtpo_update_watch(self, entropy, mask, real, metrics: dict) -> None:
+        """Token-mean old-policy entropy of the real rows → the entropy watch's metrics."""
+        batch_mean = masked_token_mean(entropy, mask, real)
+        watch_metrics = self.gtpo_entropy_watch.update(batch_mean)
+        watch = self.gtpo_entropy_watch
+        if watch_metrics[PREFIX + "entropy/collapse_warning"]:
+            logger.warning(
+                "gtpo: mean old-policy entropy %.4f is %.2fx its running baseline (threshold %.2fx): "
+                "entropy is rising fast, which Paper A observes before a policy collapse.",
+                batch_mean, watch_metrics[PREFIX + "entropy/rise_ratio"], watch.ratio,
+            )
+        if watch_metrics[PREFIX + "entropy/fall_warning"]:
+            logger.warning(
+                "gtpo: mean old-policy entropy %.4f is %.2fx its running baseline (threshold 1/%.2f): "
+                "entropy is collapsing; pass@k is about to meet pass@1.",
+                batch_mean, watch_metrics[PREFIX + "entropy/rise_ratio"], watch.fall_ratio,
+            )
+        metrics.update(watch_metrics)
+
+    def _gtpo_initial_entropy(self, estimator, entropy, mask, real) -> Optional[float]:
+        """⟨H⟩_ini for Paper A's gate: measured once, on the first batch, before any update (None if unused)."""
+        row = ESTIMATORS.get(estimator)
+        if row is None or not row.measures_initial_entropy(row.config.from_algorithm_config(self.config.algorithm)):
+            return None
+        if self.gtpo_state.initial_entropy is None:
+            counts = mask.to(torch.float32).sum(-1)
+            rows = real & (counts > 0)
+            per_response = row_dot(entropy, mask.to(entropy.dtype))[rows] / counts[rows]
+            self.gtpo_state.initial_entropy = float(per_response.mean()) if per_response.numel() else 0.0
+            logger.info("gtpo: %s measured ⟨H⟩_ini = %.4f on the first batch", estimator, self.gtpo_state.initial_entropy)
+        return self.gtpo_state.initial_entropy
+
+    def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns, **kwargs):
+        """verl's validation metrics plus unbiased ``val-gtpo/<data_source>/pass@k`` and ``maj@n``."""
+        metric_dict = super()._val_metrics_update(data_sources, sample_uids, reward_extra_infos_dict, sample_turns, **kwargs)
+        metric_dict.update(gtpo_validation_metrics(self.config, data_sources, sample_uids, reward_extra_infos_dict, **kwargs))
+        return metric_dict
+
+    # ------------------------------------------------------------------ checkpoints
+    def _gtpo_checkpoint_folder(self) -> str:
+        folder = self.config.trainer.default_local_dir
+        if self.config.trainer.resume_mode == "resume_path" and self.config.trainer.get("resume_from_path"):
+            folder_for_step = self.config.trainer.resume_from_path
+        else:
+            folder_for_step = os.path.join(folder, f"global_step_{self.global_steps}")
+        return folder_for_step if os.path.isabs(folder_for_step) else os.path.join(os.getcwd(), folder_for_step)
+
+    def _save_checkpoint(self):
+        if hasattr(self, "_gtpo_entropy_watch"):
+            self.gtpo_state.entropy_watch = self._gtpo_entropy_watch.state_dict()
+        # written before verl's files, so `latest_checkpointed_iteration.txt` never points at a
+        # checkpoint without our state
+        self.gtpo_state.save(
+            os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        )
+        return super()._save_checkpoint()
+
+    def _load_checkpoint(self):
+        result = super()._load_checkpoint()
+        if getattr(self, "global_steps", 0) > 0:
+            folder = self._gtpo_checkpoint_folder()
+            state = GTPOAlgorithmState.load(folder)
+            if state is None:
+                logger.warning("gtpo: no %s in %s; algorithm state starts fresh", STATE_FILE, folder)
+            else:
+                self._gtpo_state = state
+                self.__dict__.pop("_gtpo_entropy_watch", None)
+                logger.info("gtpo: restored algorithm state from %s", folder)
+        return result
+
+
+_MIXED: dict[type, type] = {}
+
+
+def gtpo_trainer_class(base: type) -> type:
+    """Return (and cache) ``GTPO<Base>``, the mixin applied to a V1 trainer class."""
+    if base not in _MIXED:
+        _MIXED[base] = type("GTPO" + base.__name__, (GTPOTrainerMixin, base), {"__module__": __name__})
+    return _MIXED[base]
+
+
+@contextmanager
+def gtpo_trainers(mode: str) -> Iterator[type]:
+    """Substitute the trainer registered for ``mode`` by its GTPO subclass for the duration.
+
+    The mode name is kept (verl compares ``trainer_mode == "sync"`` in several places), so
+    sync, colocate_async and separate_async all work unchanged.
+    """
+    from verl.trainer.ppo.v1 import trainer_base
+
+    registry = trainer_base.TRAINER_REGISTRY
+    base = registry[mode]
+    if issubclass(base, GTPOTrainerMixin):
+        yield base
+        return
+    registry[mode] = gtpo_trainer_class(base)
+    try:
+        yield registry[mode]
+    finally:
+        registry[mode] = base
+
+
+def make_task_runner():
+    """Return the Ray actor class that runs verl's V1 TaskRunner with GTPO trainers."""
+    import ray
+    from verl.trainer.main_ppo import TaskRunnerV1
+
+    class GTPOTaskRunner(TaskRunnerV1.__ray_actor_class__):
+        def run(self, config):
+            import gtpo_verl.plugin.registry  # noqa: F401  (normally loaded by the plugin)
+
+            check_registered()
+            validate_audit_config(config)
+            if str(config.trainer.device) == "cpu":  # verl's 8/8/8 helper processes would starve a small machine
+                from gtpo_verl.cpu.workers import cap_worker_counts
+
+                cap_worker_counts(config)
+            with gtpo_trainers(config.trainer.v1.trainer_mode):
+                return super().run(config)
+
+    return ray.remote(num_cpus=1)(GTPOTaskRunner)

