@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import torch
 
+from gtpo_verl.algorithms.kernels.threads import one_cpu_thread
 from gtpo_verl.plugin.config import to_dict, to_list
 from gtpo_verl.plugin.context import bound_estimator_input, record_estimator_output
 
@@ -245,10 +246,13 @@ def apply_adv_transforms(
     inputs: dict[str, torch.Tensor],
     metrics: Optional[dict[str, float]] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Apply ``transforms`` in order; returns ``(advantages, response_mask)`` (the mask narrowed or not)."""
+    """Apply ``transforms`` in order; returns ``(advantages, response_mask)`` (the mask narrowed or not).
+
+    On the CPU each runs on one thread, as the estimators do (``kernels/threads.py``).
+    """
     for transform, knobs in transforms:
         kwargs = {k: resolve_input(k, inputs.get(k), f"advantage transform {transform.name!r}", response_mask) for k in transform.inputs}
-        with torch.no_grad():
+        with torch.no_grad(), one_cpu_thread(advantages):
             result = transform.fn(advantages, response_mask, knobs, **kwargs)
         if isinstance(result, torch.Tensor):
             result = TransformResult(advantages=result)

@@ -121,6 +121,29 @@ def test_every_registered_estimator_runs_on_one_thread_and_leaves_the_count_alon
         assert torch.get_num_threads() == 2, name
 
 
+def test_every_registered_transform_runs_on_one_thread_and_leaves_the_count_alone(two_threads, monkeypatch):
+    import dataclasses
+
+    import gtpo_verl.plugin.registry  # noqa: F401  (registers the built-in transforms)
+    from gtpo_verl.plugin import extensions
+
+    entropy, mask, scores, group_ids, k, responses = _batch()
+    advantages = torch.randn(mask.shape) * mask
+    seen = []
+    for name, transform in extensions.registered_transforms().items():
+
+        def spy(*args, _real=transform.fn, **kwargs):
+            seen.append(torch.get_num_threads())
+            return _real(*args, **kwargs)
+
+        monkeypatch.setitem(extensions._TRANSFORMS, name, dataclasses.replace(transform, fn=spy))
+    names = sorted(extensions.registered_transforms())
+    transforms = extensions.parse_adv_transforms([{"name": name} for name in names])
+    extensions.apply_adv_transforms(transforms, advantages, mask, {"entropys": entropy})
+    assert seen == [1] * len(names) and len(names) >= 2
+    assert torch.get_num_threads() == 2
+
+
 def test_the_pure_functions_leave_the_thread_policy_to_their_caller(two_threads, monkeypatch):
     """The math layer sets no thread count: called directly, the estimators run with the caller's."""
     entropy, mask, scores, group_ids, k, responses = _batch()

@@ -1,7 +1,8 @@
 """Run an estimator's CPU passes on the calling thread alone, without changing anyone's settings.
 
-The plugin applies it to every estimator it registers (``plugin/estimators.py``): whatever the
-caller's thread setting, an advantage step on the CPU runs on one OpenMP thread.
+The plugin applies it to every estimator it registers (``plugin/estimators.py``) and to every
+advantage transform (``plugin/extensions.py``): whatever the caller's thread setting, an
+advantage step on the CPU runs on one OpenMP thread.
 
 Every torch op on a CPU tensor with more than one torch thread opens an OpenMP parallel
 region that ends when all its threads are done. When another process holds a core, each
