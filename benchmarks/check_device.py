@@ -3,7 +3,7 @@
 
     PYTHONPATH=. python -m benchmarks.check_device --device cuda [--sizes 128x16x4096,512x16x20480]
 
-1. equality: every row of the estimator table (``plugin/estimators.py``: its pure function,
+1. equality: every row of the estimator table (``plugin/estimators/``: its pure function,
    called as the verl adapter calls it, at the config defaults and two variants) and
    the ``grpo_s`` loss (per-sequence terms, seq-mean-token-mean aggregation, forward and
    backward) on ``--device`` against the same code on CPU, on one 64x16x1024 batch;

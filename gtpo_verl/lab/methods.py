@@ -12,6 +12,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from gtpo_verl.plugin.estimators.grpo_s import GRPO_S
+from gtpo_verl.plugin.estimators.gtpo_token import GTPO_TOKEN
+from gtpo_verl.plugin.estimators.gtpo_traj import GTPO_TRAJ
+
 
 @dataclass(frozen=True)
 class Method:
@@ -55,20 +59,22 @@ DAPO = Method(name="DAPO", estimator="grpo")
 _COV_RATIO = 0.02
 _PAPER_A = dict(dynamic_sampling=False, mini_batches=1, loss_agg_mode="seq-mean-token-mean", reward="paper_a",
                 clip_ratio_high=0.2)
+_OFFICIAL = {"preset": "official"}  # Paper A's released code (docs/spec.md A.8)
 
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
         DAPO,
-        dataclasses.replace(DAPO, name="DAPO_TOKEN", estimator="gtpo_token"),
-        dataclasses.replace(DAPO, name="DAPO_SEQ", estimator="grpo_s", loss_mode="grpo_s", loss_agg_mode="seq-mean-token-mean"),
+        dataclasses.replace(DAPO, name="DAPO_TOKEN", estimator=GTPO_TOKEN.name),
+        dataclasses.replace(DAPO, name="DAPO_SEQ", estimator=GRPO_S.name, loss_mode=GRPO_S.policy_loss,
+                            loss_agg_mode=GRPO_S.loss_agg_mode),
         dataclasses.replace(DAPO, name="DAPO_HIGH_ENTROPY", transforms=({"name": "high_entropy_tokens", "rho": 0.2},)),
         dataclasses.replace(DAPO, name="DAPO_ENTROPY_ADV", transforms=({"name": "entropy_advantage"},)),
         dataclasses.replace(DAPO, name="CLIP_COV", loss_mode="clip_cov", policy_loss={"clip_cov_ratio": _COV_RATIO}),
         dataclasses.replace(DAPO, name="KL_COV", loss_mode="kl_cov", policy_loss={"kl_cov_ratio": _COV_RATIO}),
         Method(name="GRPO", estimator="grpo", **_PAPER_A),
-        Method(name="GTPO_TRAJ", estimator="gtpo_traj", algorithm={"gtpo_traj": {"preset": "official"}}, **_PAPER_A),
-        Method(name="GTPO_TRAJ_SCALED", estimator="gtpo_traj", algorithm={"gtpo_traj": {"preset": "official"}},
+        Method(name="GTPO_TRAJ", estimator=GTPO_TRAJ.name, algorithm={GTPO_TRAJ.name: _OFFICIAL}, **_PAPER_A),
+        Method(name="GTPO_TRAJ_SCALED", estimator=GTPO_TRAJ.name, algorithm={GTPO_TRAJ.name: _OFFICIAL},
                initial_entropy_threshold_ratio=1.5, **_PAPER_A),
     )
 }

@@ -18,8 +18,9 @@ import torch
 
 from gtpo_verl.algorithms.sequence_shaping import grpo_s_sequence_loss
 from gtpo_verl.plugin.config import select
+from gtpo_verl.plugin.estimators.grpo_s import GRPO_S
 
-LOSS_NAME = "grpo_s"  # actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s
+LOSS_NAME = GRPO_S.policy_loss  # actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s: the estimator's name
 LOSS_AGG_MODE = "seq-mean-token-mean"  # Eq. (S34): (1/G) Σ_i L_i, what the loss is written for
 
 

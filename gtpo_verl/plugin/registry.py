@@ -12,7 +12,7 @@ Registered names (short, and distinct for the two papers called "GTPO"):
 - advantage transforms ``high_entropy_tokens`` (arXiv:2506.01939) and ``entropy_advantage``
   (arXiv:2506.14758), for ``algorithm.adv_transforms``.
 
-The estimators register from their table (``plugin/estimators.py``) through
+The estimators register from their table (``plugin/estimators/``) through
 ``gtpo_verl.register_entropy_aware_estimator``, the public decorator a user's own package uses
 from its own ``verl.plugins`` entry point.
 """

@@ -6,7 +6,7 @@ Checks each dump a run wrote with ``gtpo.audit.steps=[k, …]`` and ``gtpo.audit
 (``trainer/audit_dump.py``):
 
 - advantages: recomputed with the estimator's own ``run`` from its table row
-  (``plugin/estimators.py``) on the dumped inputs (max abs diff ≤ 1e-6);
+  (``plugin/estimators/``) on the dumped inputs (max abs diff ≤ 1e-6);
 - entropy: recomputed outside verl with plain ``transformers`` from an HF-format copy of the
   weights the step's old-log-prob pass used (the initial model for step 1; for step k > 1 the
   checkpoint of step k-1, saved by verl with ``hf_model`` in

@@ -65,7 +65,7 @@ def _mean(values: torch.Tensor, rows: torch.Tensor) -> float:
 
 
 def estimator_metrics(name: str, result: Any, response_mask: torch.Tensor, real_rows: torch.Tensor) -> dict[str, float]:
-    """Return the per-step ``gtpo/*`` metrics of estimator ``name`` (a row of ``plugin/estimators.py``).
+    """Return the per-step ``gtpo/*`` metrics of estimator ``name`` (a row of the estimator table, ``plugin/estimators/``).
 
     Every estimator gets advantage and entropy statistics by outcome class (the row's ``outcome``);
     then the row's own ``metrics`` hook adds what is specific to it.

@@ -1,8 +1,9 @@
 """The operational ``gtpo.*`` settings of the trainer: diagnostics, the entropy watch, the generation
 watchdog, the validation metrics, the audit dump and the preflight switch (not algorithm choices).
 
-Typed blocks like the algorithm blocks (``plugin/config.py``): the single source of every default,
-checked against ``gtpo_base.yaml`` and docs/config.md; errors name the full key and the fix.
+Typed blocks on ``plugin/config.py``'s ``ConfigBlock``, like the algorithm blocks
+(``plugin/estimators/<estimator>.py``): the single source of every default, checked against
+``gtpo_base.yaml`` and docs/config.md; errors name the full key and the fix.
 """
 
 from __future__ import annotations

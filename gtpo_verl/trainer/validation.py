@@ -11,8 +11,8 @@ import logging
 import warnings
 from typing import Any
 
-from gtpo_verl.plugin.config import ALGORITHM_BLOCKS, select
-from gtpo_verl.plugin.estimators import ESTIMATORS
+from gtpo_verl.plugin.config import select
+from gtpo_verl.plugin.estimators import ALGORITHM_BLOCKS, ESTIMATORS
 from gtpo_verl.plugin.losses import LOSS_AGG_MODE, LOSS_NAME
 from gtpo_verl.trainer.settings import GTPOSettings
 

@@ -11,7 +11,9 @@ from torch.testing import assert_close
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
 from gtpo_verl.algorithms.groups import group_ids_from_uids
-from gtpo_verl.plugin.config import GRPOSConfig, GTPOTokenConfig, GTPOTrajConfig
+from gtpo_verl.plugin.estimators.grpo_s import GRPOSConfig
+from gtpo_verl.plugin.estimators.gtpo_token import GTPOTokenConfig
+from gtpo_verl.plugin.estimators.gtpo_traj import GTPOTrajConfig
 from gtpo_verl.plugin.estimators import ESTIMATORS
 
 

@@ -15,14 +15,11 @@ from gtpo_verl.algorithms import choices
 from gtpo_verl.algorithms.sequence_shaping import grpo_s_advantage, sequence_importance_ratio
 from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage
 from gtpo_verl.algorithms.trajectory import gtpo_traj_advantage
-from gtpo_verl.plugin.config import (
-    ALGORITHM_BLOCKS,
-    TRAJ_PRESETS,
-    GRPOSConfig,
-    GTPOTokenConfig,
-    GTPOTrajConfig,
-    _sub_block,
-)
+from gtpo_verl.plugin.config import _sub_block
+from gtpo_verl.plugin.estimators import ALGORITHM_BLOCKS
+from gtpo_verl.plugin.estimators.grpo_s import GRPOSConfig
+from gtpo_verl.plugin.estimators.gtpo_token import GTPOTokenConfig
+from gtpo_verl.plugin.estimators.gtpo_traj import TRAJ_PRESETS, GTPOTrajConfig
 from gtpo_verl.trainer.settings import GTPOSettings
 from support.paths import REPO_ROOT
 
@@ -164,16 +161,17 @@ def test_docs_presets_match_the_preset_table():
 
 
 def test_vocabularies_have_one_definition():
-    """Every module that names a vocabulary agrees with ``choices``; the config imports it."""
+    """Every module that names a vocabulary agrees with ``choices``; the config blocks import it."""
     from gtpo_verl.algorithms import normalization, sequence_shaping, token_shaping, trajectory
-    from gtpo_verl.plugin import config
+    from gtpo_verl.plugin.estimators import grpo_s, gtpo_token, gtpo_traj
 
+    blocks = (gtpo_token, grpo_s, gtpo_traj)
     shared = {n: v for n, v in vars(choices).items() if n.isupper()}
-    for module in (config, normalization, sequence_shaping, token_shaping, trajectory):
+    for module in (*blocks, normalization, sequence_shaping, token_shaping, trajectory):
         for name, value in vars(module).items():
             if name in shared:
                 assert value == shared[name], f"{module.__name__}.{name} = {value!r} differs from choices.{name}"
-                if module is config:
+                if module in blocks:
                     assert value is shared[name]
 
 

@@ -11,7 +11,7 @@ from torch.testing import assert_close
 
 from gtpo_verl.algorithms.sequence_shaping import grpo_s_advantage
 from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage
-from gtpo_verl.plugin.config import GTPOTokenConfig
+from gtpo_verl.plugin.estimators.gtpo_token import GTPOTokenConfig
 from gtpo_verl.trainer.validation import GTPOConfigWarning, validate_gtpo_config
 from support.batches import golden_b1_group, make_batch_b
 from support.hydra import compose_gtpo

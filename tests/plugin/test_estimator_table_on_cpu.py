@@ -1,6 +1,6 @@
-"""The estimator table (``plugin/estimators.py``) is the one place that knows an estimator: its name is
-a literal there only, and the registration, the start-up check, the audit and the device check all
-read its rows."""
+"""The estimator table (``plugin/estimators/``) is the one place that knows an estimator: its name is a
+literal of its own module only, and the registration, the start-up check, the audit, the lab and the
+device check all read its row."""
 
 import ast
 import importlib.util
@@ -25,21 +25,23 @@ def _string_literals(path):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings}
 
 
-def test_each_estimator_name_is_a_literal_of_its_table_only():
-    """Besides the table, only the grpo_s policy loss's own registration spells its (shared) name; the lab's
-    methods table names the estimators it trains, as a recipe does."""
+def test_each_estimator_name_is_a_literal_of_its_own_module_only():
+    """Anywhere in the package, the lab and the grpo_s policy loss (which shares its estimator's name)
+    included: the name is spelt once, in the estimator's module, and everything else reads the row."""
     where = {name: [] for name in ESTIMATORS}
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.relative_to(PACKAGE).parts[0] == "lab":
-            continue
         for name in where.keys() & _string_literals(path):
             where[name].append(str(path.relative_to(PACKAGE)))
-    assert where == {
-        "gtpo_token": ["plugin/estimators.py"],
-        "grpo_s": ["plugin/estimators.py", "plugin/losses.py"],
-        "gtpo_traj": ["plugin/estimators.py"],
-    }
+    assert where == {name: [f"plugin/estimators/{name}.py"] for name in ESTIMATORS}
+    assert list(ESTIMATORS) == ["gtpo_token", "grpo_s", "gtpo_traj"]
     assert LOSS_NAME == ESTIMATORS[LOSS_NAME].policy_loss  # the estimator names the loss it pairs with
+
+
+def test_the_lab_trains_the_rows_it_names():
+    from gtpo_verl.lab.methods import METHODS
+
+    assert {m.estimator for m in METHODS.values()} - {"grpo"} == set(ESTIMATORS)
+    assert (METHODS["DAPO_SEQ"].loss_mode, METHODS["DAPO_SEQ"].loss_agg_mode) == ("grpo_s", "seq-mean-token-mean")
 
 
 def test_every_row_is_registered_with_its_declared_inputs_and_checked():

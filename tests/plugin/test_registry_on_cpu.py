@@ -126,7 +126,8 @@ def test_missing_entropy_names_the_fix():
 
 
 def test_hydra_plus_overrides_reach_the_estimator():
-    from gtpo_verl.plugin.config import GTPOTokenConfig, GTPOTrajConfig
+    from gtpo_verl.plugin.estimators.gtpo_token import GTPOTokenConfig
+    from gtpo_verl.plugin.estimators.gtpo_traj import GTPOTrajConfig
     from support.hydra import compose_verl
 
     cfg = compose_verl(

@@ -1,6 +1,6 @@
 """Run an estimator's CPU passes on the calling thread alone, without changing anyone's settings.
 
-The plugin applies it to every estimator it registers (``plugin/estimators.py``) and to every
+The plugin applies it to every estimator it registers (``plugin/estimators/``) and to every
 advantage transform (``plugin/extensions.py``): whatever the caller's thread setting, an
 advantage step on the CPU runs on one OpenMP thread.
 

@@ -1,0 +1,86 @@
+"""The estimator table: one module per advantage estimator gtpo_verl ships, one row each.
+
+Each module (``gtpo_token.py``, ``grpo_s.py``, ``gtpo_traj.py``) is the one place that knows its
+estimator: the registered name (``algorithm.adv_estimator=<name>``, a literal there and nowhere
+else in the package), the per-token inputs it declares (``plugin/extensions.py``), its config block
+(``algorithm.<name>``, the single source of its defaults), its pure function (``algorithms/``) and
+``run`` (that function called from the block and one ``EstimatorBatch``), the diagnostics hook
+(``outcome``: which rows count as successes and failures; ``metrics``: its own ``gtpo/*`` metrics),
+the loss aggregation and policy loss its paper writes, and its start-up checks. The row type is
+``row.py``.
+
+Readers: ``register_estimators`` (one verl adapter per row, below), start-up validation, the
+diagnostics and the audit dump (``trainer/``), the offline audit (``tools/audit.py``, whose
+recomputation is ``run``), the lab and the device check (``benchmarks/check_device.py``). A new
+estimator is one module here beside its pure function, and one entry in ``ESTIMATORS``.
+
+No verl import at module level: the device check reads the table with torch alone.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from gtpo_verl.algorithms.groups import group_ids_from_uids
+from gtpo_verl.algorithms.kernels.threads import one_cpu_thread
+from gtpo_verl.plugin.context import bound_estimator_input, record_estimator_output
+from gtpo_verl.plugin.estimators.grpo_s import GRPO_S
+from gtpo_verl.plugin.estimators.gtpo_token import GTPO_TOKEN
+from gtpo_verl.plugin.estimators.gtpo_traj import GTPO_TRAJ
+from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch
+from gtpo_verl.plugin.extensions import register_entropy_aware_estimator
+
+ESTIMATORS: dict[str, Estimator] = {row.name: row for row in (GTPO_TOKEN, GRPO_S, GTPO_TRAJ)}
+
+ALGORITHM_BLOCKS: tuple[type, ...] = tuple(row.config for row in ESTIMATORS.values())
+"""The algorithm blocks (``algorithm.<estimator>``), in table order."""
+
+
+def _verl_adapter(row: Estimator) -> Callable:
+    """verl's estimator signature around ``row.run``: ``(token_level_rewards, response_mask, index, config)``
+    plus the declared inputs as keyword arguments → ``(advantages, returns)``, zeros outside the mask.
+
+    ``config`` is verl's ``algorithm`` node; ``index`` the uids. The detailed result (and the name
+    verl called) reach the trainer through ``plugin/context.py``. On the CPU the call runs on one
+    thread (``kernels/threads.py``).
+    """
+    owner = f"advantage estimator {row.name!r}"
+
+    def adapter(token_level_rewards, response_mask, index=None, config=None, *, initial_entropy=None, **inputs):
+        block = row.config.from_algorithm_config(config)
+        if index is None:
+            raise ValueError(f"{owner} needs `index` (the uid of each response's prompt).")
+        group_ids, num_groups = group_ids_from_uids(index)
+        if group_ids.numel() != response_mask.shape[0]:
+            raise ValueError(f"{owner}: {group_ids.numel()} uids for {response_mask.shape[0]} responses.")
+        batch = EstimatorBatch(
+            owner=owner,
+            response_mask=response_mask,
+            sequence_scores=token_level_rewards.sum(-1),
+            group_ids=group_ids,
+            num_groups=num_groups,
+            entropys=inputs.get("entropys"),
+            responses=inputs.get("responses"),
+            initial_entropy=initial_entropy if initial_entropy is not None else bound_estimator_input("initial_entropy"),
+            share_stats=bool(bound_estimator_input("diagnostics")),
+        )
+        with torch.no_grad(), one_cpu_thread(response_mask):
+            result = row.run(block, batch)
+        record_estimator_output(row.name, result)
+        advantages = result.advantages.to(token_level_rewards.dtype)
+        return advantages, advantages
+
+    adapter.__name__ = adapter.__qualname__ = f"compute_{row.name}_advantage"
+    adapter.__doc__ = row.summary
+    return adapter
+
+
+def register_estimators() -> None:
+    """Register every row in verl's ``ADV_ESTIMATOR_REGISTRY`` through the public decorator (imports verl)."""
+    for row in ESTIMATORS.values():
+        register_entropy_aware_estimator(row.name, inputs=row.inputs, optional=row.optional)(_verl_adapter(row))
+
+
+__all__ = ["ALGORITHM_BLOCKS", "ESTIMATORS", "Estimator", "EstimatorBatch", "register_estimators"]

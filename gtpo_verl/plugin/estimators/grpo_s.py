@@ -1,0 +1,112 @@
+"""``grpo_s``: GRPO-S, Paper B's sequence-level shaping (arXiv:2508.04349 Eq. (S31)-(S38)).
+
+Everything the package knows of this estimator: its name (which its policy loss shares,
+``plugin/losses.py``), its ``algorithm.grpo_s`` block, how it runs on a batch and its diagnostics.
+The equations are ``algorithms/sequence_shaping.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from gtpo_verl.algorithms.choices import (
+    ADV_NORM_MODES,
+    NEGATIVE_SHARES,
+    SEQUENCE_ENTROPY_MEANS,
+    SEQUENCE_VARIANTS,
+    SUCCESS_SHARES,
+    UNIFORM_GROUP_MODES,
+)
+from gtpo_verl.algorithms.sequence_shaping import grpo_s_advantage
+from gtpo_verl.plugin.config import ConfigBlock, check_at_least, check_choice, check_v6_failure_shaping
+from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, success_failure
+
+NAME = "grpo_s"  # algorithm.adv_estimator=grpo_s, and actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s
+
+
+@dataclass(frozen=True)
+class GRPOSConfig(ConfigBlock):
+    """``algorithm.grpo_s``: Paper B sequence-level shaping (GRPO-S), arXiv:2508.04349 Eq. (S31)-(S38).
+
+    The keyword arguments of ``grpo_s_advantage``; formulas in docs/spec.md B.7.
+    """
+
+    path: ClassVar[str] = f"algorithm.{NAME}"
+
+    beta1: float = 0.9
+    """β1, weight of the outcome reward r_i (S31)."""
+    beta2: float = 0.1
+    """β2, weight of the mean-entropy bonus Ĥ_i/ΣĤ·n (S31)."""
+    variant: str = "base"
+    """``base`` (v1: failures get 0) or ``unified_v6`` (failures get −β1 − β2·share, App. C)."""
+    negative_shaping: bool = False
+    """GRPO-S₂: failures get −(1/Ĥ_j)/Σ(1/Ĥ)·m (S36-S38); ``unified_v6`` requires it (its −β2·share term)."""
+    negative_share: str = "arithmetic"
+    """Failure share: 1/Ĥ_j over the ``arithmetic`` (S36) or ``geometric`` mean of 1/Ĥ over O− (App. C)."""
+    success_share: str = "arithmetic"
+    """Success share: Ĥ_i over the ``arithmetic`` (S31) or ``geometric`` mean of Ĥ over O+."""
+    sequence_entropy: str = "arithmetic"
+    """Ĥ_i as the ``arithmetic`` (S32) or ``geometric`` mean of the response's token entropies."""
+    adv_norm: str = "two_zero_filled"
+    """Normalisation sets when failures have a shaped reward: two_zero_filled | single_combined | per_class."""
+    success_threshold: float = 0.0
+    """O+ = responses whose sequence score is > this value."""
+    uniform_outcome_groups: str = "keep"
+    """All-success / all-failure groups: ``keep`` or ``zero_adv``."""
+    std_unbiased: bool = True
+    """Sample std (n−1), as verl's GRPO."""
+    epsilon: float = 1e-6
+    """ε in 1/(Ĥ+ε), the logs of the geometric means, and std + ε."""
+
+    def __post_init__(self):
+        check_choice(self.key("variant"), self.variant, SEQUENCE_VARIANTS)
+        check_choice(self.key("negative_share"), self.negative_share, NEGATIVE_SHARES)
+        check_choice(self.key("success_share"), self.success_share, SUCCESS_SHARES)
+        check_choice(self.key("sequence_entropy"), self.sequence_entropy, SEQUENCE_ENTROPY_MEANS)
+        check_choice(self.key("adv_norm"), self.adv_norm, ADV_NORM_MODES)
+        check_choice(self.key("uniform_outcome_groups"), self.uniform_outcome_groups, UNIFORM_GROUP_MODES)
+        check_at_least(self.key("beta1"), self.beta1, 0.0, "set a non-negative outcome weight.")
+        check_at_least(self.key("beta2"), self.beta2, 0.0, "set 0 to disable entropy shaping.")
+        check_at_least(self.key("epsilon"), self.epsilon, 0.0, "use e.g. 1e-6.", strict=True)
+        if self.beta1 + self.beta2 <= 0.0:
+            raise ValueError(
+                f"`{self.key('beta1')}` and `{self.key('beta2')}` are both 0: every sequence reward would be 0. "
+                "Use e.g. beta1=0.9 beta2=0.1."
+            )
+        check_v6_failure_shaping(self, "β")
+
+
+def _run(block: GRPOSConfig, batch: EstimatorBatch):
+    return grpo_s_advantage(
+        batch.response_mask, batch.sequence_scores, batch.group_ids, batch.num_groups,
+        entropy=batch.require("entropys"), **block.function_kwargs(),
+    )
+
+
+def _metrics(result, counts, success, failure, real) -> dict[str, float]:
+    """Each success's share Ĥ_i / mean_{k∈O+} Ĥ_k of the bonus (S31), exactly as the estimator computed it."""
+    picked = result.success_share[success].to(torch.float64)
+    if not picked.numel():
+        return {}
+    return {"bonus_share/mean": float(picked.mean()), "bonus_share/std": float(picked.std(unbiased=False)),
+            "bonus_share/max": float(picked.max())}
+
+
+GRPO_S = Estimator(
+    name=NAME,
+    summary=f"GRPO-S (Paper B, sequence level), arXiv:2508.04349 Eq. (S31)-(S37); knobs in "
+    f"``algorithm.{NAME}``. Pair with ``actor_rollout_ref.actor.policy_loss.loss_mode={NAME}`` for the "
+    "sequence ratio (S33-S34).",
+    config=GRPOSConfig,
+    function=grpo_s_advantage,
+    inputs=("entropys",),
+    optional=(),
+    run=_run,
+    outcome=success_failure,
+    metrics=_metrics,
+    loss_agg_mode="seq-mean-token-mean",  # Eq. (S34): (1/G) Σ_i over sequences
+    policy_loss=NAME,  # the loss registers under the estimator's name (plugin/losses.py)
+)

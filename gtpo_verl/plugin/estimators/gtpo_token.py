@@ -1,0 +1,149 @@
+"""``gtpo_token``: GTPO, Paper B's token-level shaping (arXiv:2508.04349 Eq. (S18)-(S30)).
+
+Everything the package knows of this estimator: its name, its ``algorithm.gtpo_token`` block (the
+single source of every default), how it runs on a batch, its diagnostics and its start-up check.
+The equations are ``algorithms/token_shaping.py``; the fused form the estimator runs is
+``algorithms/kernels/gtpo_token.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+from gtpo_verl.algorithms.choices import (
+    ADV_NORM_MODES,
+    ENTROPY_SHARES,
+    LENGTH_DENOMINATORS,
+    TOKEN_VARIANTS,
+    UNIFORM_GROUP_MODES,
+)
+from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage
+from gtpo_verl.plugin.config import ConfigBlock, check_at_least, check_choice, check_v6_failure_shaping, select
+from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, success_failure
+
+NAME = "gtpo_token"  # algorithm.adv_estimator=gtpo_token
+
+# α1 + α2 = 1 is checked to this tolerance (clipped_len's lower clip bound 1 assumes it).
+_SUM_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class GTPOTokenConfig(ConfigBlock):
+    """``algorithm.gtpo_token``: Paper B token-level shaping (GTPO), arXiv:2508.04349 Eq. (S18)-(S30).
+
+    The keyword arguments of ``gtpo_token_advantage``; formulas in docs/spec.md B.2-B.6.
+    """
+
+    path: ClassVar[str] = f"algorithm.{NAME}"
+
+    alpha1: float = 0.9
+    """α1, weight of the outcome reward r_i (S18)."""
+    alpha2: float = 0.1
+    """α2, weight of the entropy bonus H_{i,t}/ΣH·d_t (S18)."""
+    variant: str = "base"
+    """``base`` (S18), ``clipped_len`` (S23-S25: clipped bonus + length penalty, α1+α2=1), ``unified_v6`` (v6 Eq. 3/5)."""
+    negative_shaping: bool = False
+    """GTPO₂: failed tokens get −(1/H)/Σ(1/H)·h_t (S26-S30); ``unified_v6`` requires it (its −α2·share term)."""
+    entropy_share: str = "column"
+    """``column``: share across the group at step t (S18, S26); ``geometric``: within the row (S20, S27)."""
+    adv_norm: str = "two_zero_filled"
+    """Normalisation sets when failures have a shaped reward: two_zero_filled | single_combined | per_class."""
+    success_threshold: float = 0.0
+    """O+ = responses whose sequence score (sum of token rewards) is > this value."""
+    kappa: Optional[float] = None
+    """κ > 1 of ``clipped_len``: the bonus is clipped to [1, α1(1+1/κ)] (S24); needs κ ≤ α1/α2."""
+    overlong_buffer_len: Optional[int] = None
+    """L1 of the length penalty R(i) (S23), e.g. DAPO's overlong buffer 4096."""
+    max_response_len: Optional[int] = None
+    """L2 of the length penalty R(i) (S23), e.g. the max response length 20480."""
+    length_penalty_denominator: str = "l1"
+    """``l1``: (L − |o|)/L1, continuous (DAPO); ``l2``: the text's literal /L2."""
+    uniform_outcome_groups: str = "keep"
+    """All-success / all-failure groups: ``keep`` the formulas, or ``zero_adv`` (0 as in GRPO)."""
+    std_unbiased: bool = True
+    """Sample std (n−1) as verl's GRPO, else population std."""
+    epsilon: float = 1e-6
+    """ε in 1/(H+ε), log(H+ε) and std + ε (Remark 2.1)."""
+
+    def __post_init__(self):
+        check_choice(self.key("variant"), self.variant, TOKEN_VARIANTS)
+        check_choice(self.key("entropy_share"), self.entropy_share, ENTROPY_SHARES)
+        check_choice(self.key("adv_norm"), self.adv_norm, ADV_NORM_MODES)
+        check_choice(self.key("length_penalty_denominator"), self.length_penalty_denominator, LENGTH_DENOMINATORS)
+        check_choice(self.key("uniform_outcome_groups"), self.uniform_outcome_groups, UNIFORM_GROUP_MODES)
+        check_at_least(self.key("alpha1"), self.alpha1, 0.0, "set a non-negative outcome weight.")
+        check_at_least(self.key("alpha2"), self.alpha2, 0.0, "set 0 to disable entropy shaping.")
+        check_at_least(self.key("epsilon"), self.epsilon, 0.0, "use e.g. 1e-6.", strict=True)
+        if self.alpha1 + self.alpha2 <= 0.0:
+            raise ValueError(
+                f"`{self.key('alpha1')}` and `{self.key('alpha2')}` are both 0: every token reward would be 0. "
+                "Use e.g. alpha1=0.9 alpha2=0.1."
+            )
+        check_v6_failure_shaping(self, "α")
+        if self.variant == "clipped_len":
+            if abs(self.alpha1 + self.alpha2 - 1.0) > _SUM_TOLERANCE:
+                raise ValueError(
+                    f"`{self.key('alpha1')}` + `{self.key('alpha2')}` = {self.alpha1 + self.alpha2:g} must be 1 for "
+                    "variant='clipped_len': its lower clip bound 1 is the mean success reward only when α1+α2 = 1 "
+                    "(Eq. S24, docs/spec.md B.4). Use e.g. alpha1=0.9 alpha2=0.1."
+                )
+            if self.kappa is None or not self.kappa > 1.0:
+                raise ValueError(f"`{self.key('kappa')}={self.kappa}` must be > 1 for variant=clipped_len (Eq. S24).")
+            if self.alpha1 * (1.0 + 1.0 / self.kappa) < 1.0 - _SUM_TOLERANCE:
+                raise ValueError(
+                    f"`{self.key('kappa')}={self.kappa}` makes the clip range [1, α1(1+1/κ)] = "
+                    f"[1, {self.alpha1 * (1 + 1 / self.kappa):g}] empty; need κ ≤ α1/α2 = "
+                    f"{self.alpha1 / max(self.alpha2, 1e-12):g}."
+                )
+            l1, l2 = self.overlong_buffer_len, self.max_response_len
+            if l1 is None or l2 is None or not (0 < int(l1) < int(l2)):
+                raise ValueError(
+                    f"variant=clipped_len needs 0 < `{self.key('overlong_buffer_len')}` (L1={l1}) < "
+                    f"`{self.key('max_response_len')}` (L2={l2}), e.g. 4096 and 20480 as in DAPO."
+                )
+
+
+def _run(block: GTPOTokenConfig, batch: EstimatorBatch):
+    return gtpo_token_advantage(
+        batch.response_mask, batch.sequence_scores, batch.group_ids, batch.num_groups,
+        entropy=batch.require("entropys"), return_share_stats=batch.share_stats, **block.function_kwargs(),
+    )
+
+
+def _metrics(result, counts, success, failure, real) -> dict[str, float]:
+    """The success tokens' entropy shares (S18): their mean is 1 by conservation; std and max show concentration."""
+    if result.share_stats is None:
+        return {}
+    total, total_sq, largest = (float(v) for v in result.share_stats)
+    tokens = float(counts[success].sum()) if bool(success.any()) else 0.0
+    if not tokens:
+        return {"bonus_share/mean": 0.0, "bonus_share/std": 0.0, "bonus_share/max": 0.0}
+    mean = total / tokens
+    return {"bonus_share/mean": mean, "bonus_share/std": math.sqrt(max(0.0, total_sq / tokens - mean * mean)),
+            "bonus_share/max": largest}
+
+
+def _check(config, block: GTPOTokenConfig, warn) -> None:
+    if block.variant == "clipped_len" and bool(select(config, "reward.reward_kwargs.overlong_buffer_cfg.enable", False)):
+        raise ValueError(
+            f"`{block.key('variant')}=clipped_len` computes the length penalty R(i) itself (Eq. S23) and "
+            "`reward.reward_kwargs.overlong_buffer_cfg.enable=true` adds DAPO's overlong penalty too: it would be "
+            "applied twice. Set reward.reward_kwargs.overlong_buffer_cfg.enable=false (or use variant=base)."
+        )
+
+
+GTPO_TOKEN = Estimator(
+    name=NAME,
+    summary=f"GTPO (Paper B, token level), arXiv:2508.04349 Eq. (S18)-(S30); knobs in ``algorithm.{NAME}``.",
+    config=GTPOTokenConfig,
+    function=gtpo_token_advantage,
+    inputs=("entropys",),
+    optional=(),
+    run=_run,
+    outcome=success_failure,
+    metrics=_metrics,
+    loss_agg_mode="token-mean",  # Eq. (S22): DAPO's token-level surrogate
+    check=_check,
+)

@@ -1,0 +1,221 @@
+"""``gtpo_traj``: GTPO, Paper A's trajectory form (arXiv:2508.03772 Eq. (S12), (S16), (S17)).
+
+Everything the package knows of this estimator: its name, its ``algorithm.gtpo_traj`` block and
+presets, how it runs on a batch, its diagnostics and its start-up checks (KL-free, the
+differentiable regulariser, the ⟨H⟩_ini gate). The equations are ``algorithms/trajectory.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional
+
+import torch
+
+from gtpo_verl.algorithms.choices import (
+    DIVISOR_MODES,
+    ENTROPY_FILTER_SCOPES,
+    ENTROPY_REG_MODES,
+    OVERLAP_MODES,
+    TRAJ_PRESET_NAMES,
+)
+from gtpo_verl.algorithms.trajectory import LN2, gtpo_traj_advantage
+from gtpo_verl.plugin.config import ConfigBlock, check_at_least, check_choice, select
+from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch
+
+NAME = "gtpo_traj"  # algorithm.adv_estimator=gtpo_traj
+
+logger = logging.getLogger(__name__)
+
+# Fewer first-batch responses than this make a noisy ⟨H⟩_ini for Paper A's gate (docs/spec.md A.4).
+MIN_INITIAL_ENTROPY_RESPONSES = 64
+
+
+TRAJ_PRESETS: dict[str, dict[str, Any]] = {
+    # the released code, github.com/winstonsmith1897/GTPO @ df35bd3 (docs/spec.md A.8)
+    "official": dict(
+        overlap="product", divisor="code", entropy_threshold=0.7, norm_adv_by_std=False, ini_entropy_gate=False
+    ),
+    # the paper text read literally: λ ∈ {0,1,2}, no divisor, ln 2, GRPO's Â_i, ⟨H⟩_ini gate
+    "paper": dict(overlap="union", divisor="none", entropy_threshold=LN2, norm_adv_by_std=True, ini_entropy_gate=True),
+}
+assert tuple(TRAJ_PRESETS) == TRAJ_PRESET_NAMES
+
+
+@dataclass(frozen=True)
+class GTPOTrajConfig(ConfigBlock):
+    """``algorithm.gtpo_traj``: Paper A (GTPO, trajectory), arXiv:2508.03772.
+
+    Keys left ``null`` take the value of ``preset``; set them to override one choice.
+    Formulas in docs/spec.md A.1-A.8.
+    """
+
+    path: ClassVar[str] = f"algorithm.{NAME}"
+    config_only: ClassVar[tuple[str, ...]] = ("preset", "ini_entropy_gate")
+
+    preset: str = "official"
+    """``official`` (the released code) or ``paper`` (the literal paper text); fills the null keys below."""
+    gamma: float = 0.1
+    """γ, entropy-regulariser weight (S17; official ENT_SCALE=0.1)."""
+    conflict_weight: float = 2.0
+    """W, λ on conflict tokens of positive responses (S12; official W_RAW=2)."""
+    entropy_filter_scope: str = "all"
+    """δ applies to ``all`` responses, only to A<0 (``neg_only``, the "OnlyNeg" ablation), or ``none``."""
+    entropy_reg_mode: str = "advantage_offset"
+    """``advantage_offset``: Ã = δ(A − γ⟨H⟩) (official); ``differentiable``: −γ·H added in the actor loss."""
+    initial_entropy: Optional[float] = None
+    """⟨H⟩_ini for the gate; null = measured on the first batch by the trainer integration."""
+    entropy_threshold: Optional[float] = None
+    """δ_i = 1[⟨H⟩_i ≤ threshold] (S16); preset: 0.7 official, ln 2 paper."""
+    overlap: Optional[str] = None
+    """λ where forward and backward runs overlap: ``product`` (4, official) or ``union`` (2, paper)."""
+    divisor: Optional[str] = None
+    """Per-response 1/n_conf: ``code`` (max(k_f,k_b), official), ``union`` (|F∪B|) or ``none`` (paper)."""
+    norm_adv_by_std: Optional[bool] = None
+    """A_i = r_i − mean (official) or GRPO's (r − mean)/(std + ε) (paper)."""
+    ini_entropy_gate: Optional[bool] = None
+    """Paper S16: if ⟨H⟩_ini > threshold, δ ≡ 1 for the whole run (official: off)."""
+    epsilon: float = 1e-6
+    """ε of the std normalisation."""
+
+    def __post_init__(self):
+        check_choice(self.key("preset"), self.preset, TRAJ_PRESET_NAMES)
+        check_choice(self.key("entropy_filter_scope"), self.entropy_filter_scope, ENTROPY_FILTER_SCOPES)
+        check_choice(self.key("entropy_reg_mode"), self.entropy_reg_mode, ENTROPY_REG_MODES)
+        check_at_least(self.key("gamma"), self.gamma, 0.0, "set 0 to disable the entropy regulariser.")
+        check_at_least(self.key("conflict_weight"), self.conflict_weight, 0.0, "the paper uses 2.")
+        check_at_least(self.key("epsilon"), self.epsilon, 0.0, "use e.g. 1e-6.", strict=True)
+        resolved = self.resolved_choices()
+        check_choice(self.key("overlap"), resolved["overlap"], OVERLAP_MODES)
+        check_choice(self.key("divisor"), resolved["divisor"], DIVISOR_MODES)
+        check_at_least(self.key("entropy_threshold"), resolved["entropy_threshold"], 0.0, "the paper uses ln 2 ≈ 0.693.", True)
+        if self.initial_entropy is not None:
+            check_at_least(self.key("initial_entropy"), self.initial_entropy, 0.0, "entropies are non-negative.")
+
+    def resolved_choices(self) -> dict[str, Any]:
+        """The preset-controlled keys with the preset filled in where the block left them null."""
+        out = dict(TRAJ_PRESETS[self.preset])
+        for name in out:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+    @property
+    def needs_entropy(self) -> bool:
+        return self.entropy_filter_scope != "none" or (self.gamma > 0 and self.entropy_reg_mode == "advantage_offset")
+
+    def function_kwargs(self, initial_entropy: float | None = None) -> dict[str, Any]:
+        """Keyword arguments of ``gtpo_traj_advantage``; ``initial_entropy`` feeds the gate."""
+        choices = self.resolved_choices()
+        filtering = self.entropy_filter_scope != "none"
+        if self.initial_entropy is not None:
+            initial_entropy = self.initial_entropy
+        kwargs = super().function_kwargs()
+        kwargs.update(
+            entropy_threshold=choices["entropy_threshold"] if filtering else None,
+            overlap=choices["overlap"],
+            divisor=choices["divisor"],
+            norm_adv_by_std=bool(choices["norm_adv_by_std"]),
+            entropy_filter_scope=self.entropy_filter_scope if filtering else "all",
+            initial_entropy=initial_entropy if choices["ini_entropy_gate"] else None,
+        )
+        return kwargs
+
+
+def _run(block: GTPOTrajConfig, batch: EstimatorBatch):
+    kwargs = block.function_kwargs(initial_entropy=batch.initial_entropy)
+    if block.resolved_choices()["ini_entropy_gate"] and kwargs["initial_entropy"] is None:
+        raise ValueError(
+            f"`{block.key('ini_entropy_gate')}` is on but ⟨H⟩_ini is unknown: run through "
+            "`python -m gtpo_verl.main` (it measures ⟨H⟩_ini on the first batch and checkpoints it), "
+            f"or set `{block.key('initial_entropy')}`."
+        )
+    entropy = batch.require("entropys") if block.needs_entropy else None
+    return gtpo_traj_advantage(
+        batch.response_mask, batch.sequence_scores, batch.group_ids, batch.num_groups,
+        responses=batch.require("responses"), entropy=entropy, **kwargs,
+    )
+
+
+def _metrics(result, counts, success, failure, real) -> dict[str, float]:
+    """Conflict tokens (λ of S12) and the entropy filter (δ of S16)."""
+    lengths = counts.to(torch.float32)
+    run_tokens = torch.minimum(lengths, (result.forward_run + result.backward_run).to(lengths.dtype))
+    pos_tokens, neg_tokens = float(lengths[success].sum()), float(lengths[failure].sum())
+    boosted, zeroed = float(run_tokens[success].sum()), float(run_tokens[failure].sum())
+    rows = max(1, int(real.sum()))
+    return {
+        "conflict/pos_token_frac": boosted / pos_tokens if pos_tokens else 0.0,
+        "conflict/neg_token_frac": zeroed / neg_tokens if neg_tokens else 0.0,
+        "conflict/boosted_tokens": boosted,  # λ ≥ 2 (W) on positive responses
+        "conflict/zeroed_tokens": zeroed,  # λ = 0 on negative responses
+        "conflict/mean_divisor": float(result.conflict_divisor[real].to(torch.float64).mean()) if bool(real.any()) else 0.0,
+        "delta/filtered_frac": float((~result.keep & real).sum()) / rows,
+    }
+
+
+def _check(config, block: GTPOTrajConfig, warn) -> None:
+    if bool(select(config, "actor_rollout_ref.actor.use_kl_loss", False)) or bool(
+        select(config, "algorithm.use_kl_in_reward", False)
+    ):
+        warn(
+            f"{NAME} is KL-free (no reference model, docs/spec.md A.6) but use_kl_loss or use_kl_in_reward "
+            "is on; set actor_rollout_ref.actor.use_kl_loss=false algorithm.use_kl_in_reward=false."
+        )
+    if block.entropy_reg_mode == "differentiable":
+        _configure_differentiable_entropy(config, block)
+    if block.resolved_choices()["ini_entropy_gate"] and block.initial_entropy is None:
+        prompts = int(select(config, "data.train_batch_size", 0))
+        responses = prompts * int(select(config, "actor_rollout_ref.rollout.n", 1))
+        if 0 < responses < MIN_INITIAL_ENTROPY_RESPONSES:
+            warn(
+                f"`{block.key('ini_entropy_gate')}` is on and ⟨H⟩_ini will be measured on the first batch, "
+                f"which has only {prompts} prompt(s) × {responses // max(prompts, 1)} responses = {responses} "
+                f"(< {MIN_INITIAL_ENTROPY_RESPONSES}): the gate decides δ for the whole run from that noisy "
+                f"estimate. Measure the initial model's mean entropy on a larger sample and set "
+                f"{block.key('initial_entropy')}=<value> (docs/spec.md A.4)."
+            )
+
+
+def _configure_differentiable_entropy(config, block: GTPOTrajConfig) -> None:
+    """Map S17's −γ⟨H⟩ term onto verl's own entropy term: ``actor.entropy_coeff = −γ``.
+
+    verl's ``ppo_loss`` subtracts ``entropy_coeff · agg_loss(H)`` with the current-policy
+    entropy of the update pass and the global batch normalisation, so −γ turns its bonus into
+    the paper's penalty; with seq-mean-token-mean it is exactly γ (1/G) Σ_i ⟨H⟩_i.
+    """
+    from omegaconf import open_dict
+
+    coeff = float(select(config, "actor_rollout_ref.actor.entropy_coeff", 0.0))
+    target = -block.gamma
+    if coeff == 0.0 and target != 0.0:
+        with open_dict(config):
+            config.actor_rollout_ref.actor.entropy_coeff = target
+        logger.info("%s differentiable entropy regulariser: actor_rollout_ref.actor.entropy_coeff=%s", NAME, target)
+    elif abs(coeff - target) > 1e-12:
+        raise ValueError(
+            f"`{block.key('entropy_reg_mode')}=differentiable` with gamma={block.gamma} needs "
+            f"`actor_rollout_ref.actor.entropy_coeff={target}` (verl's entropy term with a negative sign), "
+            f"but it is {coeff}. Leave entropy_coeff at 0 (it is set for you) or set it to {target}."
+        )
+
+
+GTPO_TRAJ = Estimator(
+    name=NAME,
+    summary="GTPO (Paper A, trajectory), arXiv:2508.03772 Eq. (S12), (S16), (S17); knobs in "
+    f"``algorithm.{NAME}``. ⟨H⟩_ini (the gate's) is measured by the trainer on the first batch and "
+    "kept in its checkpointed state.",
+    config=GTPOTrajConfig,
+    function=gtpo_traj_advantage,
+    inputs=("responses",),
+    optional=("entropys",),
+    run=_run,
+    outcome=lambda result: (result.raw_advantage > 0, result.raw_advantage < 0),
+    metrics=_metrics,
+    loss_agg_mode="seq-mean-token-mean",  # official README objective: (1/G) Σ_i 1/|o_i| Σ_t (spec A.6)
+    check=_check,
+    measures_initial_entropy=lambda block: block.resolved_choices()["ini_entropy_gate"]
+    and block.initial_entropy is None,
+)
