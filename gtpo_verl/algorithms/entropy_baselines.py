@@ -33,7 +33,7 @@ def _valid_values(entropy: torch.Tensor, response_mask: torch.Tensor) -> tuple[t
     return valid, work
 
 
-def batch_entropy_quantile(entropy: torch.Tensor, response_mask: torch.Tensor, q: float) -> float:
+def batch_entropy_quantile(response_mask: torch.Tensor, *, entropy: torch.Tensor, q: float) -> float:
     """The ``q`` quantile of ``entropy`` over every valid token of the batch, as a Python float.
 
     Linear interpolation between the two neighbouring order statistics, the same value as
@@ -89,7 +89,9 @@ def _at_least(values: torch.Tensor, threshold: float) -> torch.Tensor:
     return values >= t
 
 
-def high_entropy_token_mask(entropy: torch.Tensor, response_mask: torch.Tensor, rho: float = DEFAULT_RHO) -> torch.Tensor:
+def high_entropy_token_mask(
+    response_mask: torch.Tensor, *, entropy: torch.Tensor, rho: float = DEFAULT_RHO
+) -> torch.Tensor:
     """Bool ``(B, T)``: valid tokens whose entropy is at least τ^B_ρ, the batch's (1 − ρ) quantile.
 
     Implements the indicator 𝕀[H^i_t ≥ τ^B_ρ] of the objective J^B_HighEnt of arXiv:2506.01939
@@ -97,8 +99,8 @@ def high_entropy_token_mask(entropy: torch.Tensor, response_mask: torch.Tensor, 
     linear interpolation (``batch_entropy_quantile``).
 
     Args:
-        entropy: ``(B, T)`` per-token entropy (detached; any float dtype).
         response_mask: ``(B, T)`` 1 on valid tokens.
+        entropy: ``(B, T)`` per-token entropy (detached; any float dtype), keyword-only.
         rho: ρ ∈ (0, 1], the share of tokens kept (paper: 0.2); ρ = 1 keeps every valid token.
 
     NOTE: the official code picks the top ⌈ρ·N⌉ tokens with ``torch.topk`` per micro-batch on the
@@ -106,36 +108,37 @@ def high_entropy_token_mask(entropy: torch.Tensor, response_mask: torch.Tensor, 
     entropy, as the paper's objective defines it (docs/spec.md C.1 lists the differences).
     Tied entropies at τ are all kept, so the kept share can exceed ρ (all-equal entropies keep all).
     """
-    return high_entropy_token_mask_and_threshold(entropy, response_mask, rho)[0]
+    return high_entropy_token_mask_and_threshold(response_mask, entropy=entropy, rho=rho)[0]
 
 
 def high_entropy_token_mask_and_threshold(
-    entropy: torch.Tensor, response_mask: torch.Tensor, rho: float = DEFAULT_RHO
+    response_mask: torch.Tensor, *, entropy: torch.Tensor, rho: float = DEFAULT_RHO
 ) -> tuple[torch.Tensor, float]:
     """``(high_entropy_token_mask(...), τ^B_ρ)``: the mask and the threshold it used."""
     if not (0.0 < rho <= 1.0) or not math.isfinite(rho):
         raise ValueError(f"rho={rho} must be in (0, 1] (the share of valid tokens kept; the paper uses 0.2)")
     valid, work = _valid_values(entropy, response_mask)
-    tau = batch_entropy_quantile(work, valid, 1.0 - rho)
+    tau = batch_entropy_quantile(valid, entropy=work, q=1.0 - rho)
     return _at_least(work, tau).logical_and_(valid), tau
 
 
 def high_entropy_token_advantages(
-    advantages: torch.Tensor, entropy: torch.Tensor, response_mask: torch.Tensor, rho: float = DEFAULT_RHO
+    advantages: torch.Tensor, response_mask: torch.Tensor, *, entropy: torch.Tensor, rho: float = DEFAULT_RHO
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(advantages with every token outside the high-entropy mask set to 0, the mask)``.
 
     With a clipped surrogate, min(r·0, clip(r)·0) = 0, so a zero advantage is exactly the
     indicator of J^B_HighEnt (docs/spec.md C.1); the loss keeps verl's normalisation.
     """
-    mask = high_entropy_token_mask(entropy, response_mask, rho)
+    mask = high_entropy_token_mask(response_mask, entropy=entropy, rho=rho)
     return torch.where(mask, advantages, torch.zeros((), dtype=advantages.dtype)), mask
 
 
 def entropy_advantage_bonus(
     advantages: torch.Tensor,
-    entropy: torch.Tensor,
     response_mask: torch.Tensor,
+    *,
+    entropy: torch.Tensor,
     alpha: float = DEFAULT_ALPHA,
     kappa: float = DEFAULT_KAPPA,
 ) -> torch.Tensor:
@@ -147,8 +150,8 @@ def entropy_advantage_bonus(
 
     Args:
         advantages: ``(B, T)`` the estimator's advantages (any estimator).
-        entropy: ``(B, T)`` per-token old-policy entropy.
         response_mask: ``(B, T)`` 1 on valid tokens.
+        entropy: ``(B, T)`` per-token old-policy entropy, keyword-only.
         alpha: α ≥ 0 (paper: 0.4); 0 returns the advantages unchanged (masked).
         kappa: κ > 0 (paper: 2).
 
@@ -156,13 +159,14 @@ def entropy_advantage_bonus(
     transform uses the old-policy entropy of the same batch (equal on the first mini-batch of an
     on-policy update; docs/spec.md C.2).
     """
-    return entropy_advantage_bonus_and_stats(advantages, entropy, response_mask, alpha, kappa)[0]
+    return entropy_advantage_bonus_and_stats(advantages, response_mask, entropy=entropy, alpha=alpha, kappa=kappa)[0]
 
 
 def entropy_advantage_bonus_and_stats(
     advantages: torch.Tensor,
-    entropy: torch.Tensor,
     response_mask: torch.Tensor,
+    *,
+    entropy: torch.Tensor,
     alpha: float = DEFAULT_ALPHA,
     kappa: float = DEFAULT_KAPPA,
 ) -> tuple[torch.Tensor, float, int]:

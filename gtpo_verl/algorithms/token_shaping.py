@@ -87,7 +87,7 @@ def geometric_share(values: torch.Tensor, log_values: torch.Tensor, mask: torch.
     return values * mask / geometric_mean.unsqueeze(-1)
 
 
-def inverse_entropy(entropy: torch.Tensor, epsilon: float) -> torch.Tensor:
+def inverse_entropy(*, entropy: torch.Tensor, epsilon: float) -> torch.Tensor:
     """1 / (H + ε), the failure weight of (S26)/(S27) (H = 0 handled as Remark 2.1). Any shape."""
     return 1.0 / (entropy + epsilon)
 
@@ -216,7 +216,7 @@ def gtpo_token_advantage_reference(
         share_success = geometric_share(entropy, log_entropy, on_success)  # (S20)
     bonus = success_coef * share_success
     if negative_shaping:
-        inverse = inverse_entropy(entropy, epsilon) * mask
+        inverse = inverse_entropy(entropy=entropy, epsilon=epsilon) * mask
         if entropy_share == "column":
             share_failure = column_share(inverse, on_failure, group_ids, num_groups)  # (S26)
         else:

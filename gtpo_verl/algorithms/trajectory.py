@@ -121,13 +121,13 @@ def _runs_in_window(
 
 
 def leading_conflict_runs(
-    responses: torch.Tensor,
     valid: torch.Tensor,  # (B, T) response mask, any dtype (> 0 is valid)
     lengths: torch.Tensor,
     sign: torch.Tensor,
     group_ids: torch.Tensor,
     num_groups: int,
     *,
+    responses: torch.Tensor,
     from_end: bool,
     first_window: int = _FIRST_WINDOW,
 ) -> torch.Tensor:
@@ -348,8 +348,8 @@ def gtpo_traj_advantage(
 
     sign = torch.sign(raw).to(torch.int8)
     ids = responses.to(device)
-    k_f = leading_conflict_runs(ids, response_mask, lengths, sign, group_ids, num_groups, from_end=False)
-    k_b = leading_conflict_runs(ids, response_mask, lengths, sign, group_ids, num_groups, from_end=True)
+    k_f = leading_conflict_runs(response_mask, lengths, sign, group_ids, num_groups, responses=ids, from_end=False)
+    k_b = leading_conflict_runs(response_mask, lengths, sign, group_ids, num_groups, responses=ids, from_end=True)
     n_conf = conflict_divisor(k_f, k_b, lengths, mode=divisor)
 
     advantages.mul_((shaped / n_conf).to(dtype).unsqueeze(-1))  # mask · Ã_i / n_conf(i)

@@ -69,7 +69,7 @@ def high_entropy_tokens(advantages, response_mask, knobs: HighEntropyTokensKnobs
     valid = _valid_count(response_mask)
     if valid == 0:  # nothing to select (a batch of padding rows only): advantages are already 0 there
         return TransformResult(advantages, metrics={"kept_fraction": 0.0, "kept_tokens": 0.0})
-    kept, tau = high_entropy_token_mask_and_threshold(entropys, response_mask, float(knobs.rho))
+    kept, tau = high_entropy_token_mask_and_threshold(response_mask, entropy=entropys, rho=float(knobs.rho))
     new = advantages.masked_fill(kept.logical_not(), 0.0)
     kept_tokens = float(kept.sum())
     metrics = {"kept_fraction": kept_tokens / valid, "kept_tokens": kept_tokens, "entropy_threshold": tau}
@@ -81,7 +81,7 @@ def high_entropy_tokens(advantages, response_mask, knobs: HighEntropyTokensKnobs
 def entropy_advantage(advantages, response_mask, knobs: EntropyAdvantageKnobs, *, entropys) -> TransformResult:
     """A + min(α·H, |A|/κ) on valid tokens (docs/spec.md C.2)."""
     new, bonus_sum, clipped = entropy_advantage_bonus_and_stats(
-        advantages, entropys, response_mask, float(knobs.alpha), float(knobs.kappa)
+        advantages, response_mask, entropy=entropys, alpha=float(knobs.alpha), kappa=float(knobs.kappa)
     )
     count = _valid_count(response_mask)
     metrics = {"bonus_mean": bonus_sum / count if count else 0.0, "clipped_fraction": clipped / count if count else 0.0}

@@ -124,7 +124,7 @@ def test_geometric_share_inverse_and_clip_by_hand():
     mask = torch.ones_like(entropy)
     log_h = torch.log(entropy)  # ε = 0 here, so GM(H) = sqrt(0.5 · 2) = 1
     torch.testing.assert_close(geometric_share(entropy, log_h, mask), entropy)
-    inverse = inverse_entropy(entropy, 0.0)
+    inverse = inverse_entropy(entropy=entropy, epsilon=0.0)
     torch.testing.assert_close(geometric_share(inverse, -log_h, mask), torch.tensor([[2.0, 0.5]], dtype=torch.float64))
     # (S24): clip(α1 + α2·share, 1, α1(1 + 1/κ)) with α1 = 0.8, κ = 2: bounds [1, 1.2]
     bonus = torch.tensor([0.1, 0.3, 0.6], dtype=torch.float64)
