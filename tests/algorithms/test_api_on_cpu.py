@@ -35,3 +35,14 @@ def test_entropy_and_responses_are_keyword_only_in_every_public_function():
         "gtpo_verl.algorithms.entropy_baselines.high_entropy_token_mask",
         "gtpo_verl.algorithms.entropy_baselines.entropy_advantage_bonus",
     } <= seen
+
+
+def test_the_readable_twin_takes_the_fused_forms_arguments():
+    """The twin repeats the fused form's signature on purpose (each reads alone); this keeps them one."""
+    from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage
+    from gtpo_verl.algorithms.token_shaping import gtpo_token_advantage_reference
+
+    fused = dict(inspect.signature(gtpo_token_advantage).parameters)
+    fused.pop("return_share_stats")  # a call option of the fused form only (diagnostics)
+    twin = dict(inspect.signature(gtpo_token_advantage_reference).parameters)
+    assert [(p.name, p.kind, p.default) for p in fused.values()] == [(p.name, p.kind, p.default) for p in twin.values()]
