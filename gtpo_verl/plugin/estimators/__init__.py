@@ -12,7 +12,8 @@ the loss aggregation and policy loss its paper writes, and its start-up checks. 
 Readers: ``register_estimators`` (one verl adapter per row, below), start-up validation, the
 diagnostics and the audit dump (``trainer/``), the offline audit (``tools/audit.py``, whose
 recomputation is ``run``), the lab and the device check (``benchmarks/check_device.py``). A new
-estimator is one module here beside its pure function, and one entry in ``ESTIMATORS``.
+estimator is one module here beside its pure function, and one entry in ``ESTIMATORS``
+(docs/trainer.md, "Adding a built-in estimator").
 
 No verl import at module level: the device check reads the table with torch alone.
 """
