@@ -21,7 +21,7 @@ from gtpo_verl.plugin.config import select
 from gtpo_verl.plugin.estimators.grpo_s import GRPO_S
 
 LOSS_NAME = GRPO_S.policy_loss  # actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s: the estimator's name
-LOSS_AGG_MODE = "seq-mean-token-mean"  # Eq. (S34): (1/G) Σ_i L_i, what the loss is written for
+LOSS_AGG_MODE = GRPO_S.loss_agg_mode  # Eq. (S34): (1/G) Σ_i L_i, what the loss is written for
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
