@@ -62,7 +62,7 @@ print_command() {
 # (Ray's order: RAY_AUTH_TOKEN, then the file RAY_AUTH_TOKEN_PATH, then ~/.ray/auth_token).
 check_ray_token() {
     [[ "${RAY_AUTH_MODE:-}" == token ]] || return 0
-    [[ -n "${RAY_AUTH_TOKEN:-}" ]] && return 0
+    [[ -n "${RAY_AUTH_TOKEN:+set}" ]] && return 0 # tested without expanding it: a traced line must not print the token
     if [[ -n "${RAY_AUTH_TOKEN_PATH:-}" ]]; then
         [[ -s "${RAY_AUTH_TOKEN_PATH}" && -r "${RAY_AUTH_TOKEN_PATH}" ]] && return 0
         echo "RAY_AUTH_MODE=token but RAY_AUTH_TOKEN_PATH=${RAY_AUTH_TOKEN_PATH} is missing, empty or unreadable: point it at the cluster's token file (recipes/slurm/ray_on_slurm.sbatch writes one per job), or set RAY_AUTH_TOKEN." >&2
