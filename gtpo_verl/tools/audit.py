@@ -14,7 +14,9 @@ Checks each dump a run wrote with ``gtpo.audit.steps=[k, …]`` and ``gtpo.audit
   rollout temperature, over every valid token of every non-padding row (max abs diff ≤ 1e-3).
 
 It prints a JSON report (``rows_checked``, ``tokens_checked``, ``entropy_max_abs_diff``,
-``advantage_max_abs_diff``, ``passed``) and exits non-zero when a check fails.
+``advantage_max_abs_diff``, ``passed``) and exits 1 when a check fails. A folder, dump or weights it
+cannot read is one line on stderr and exit status 2. Dumps are read without unpickling
+(``trainer/audit_dump.py``): a crafted file runs nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import torch
 
 from gtpo_verl.algorithms.groups import group_ids_from_uids
 from gtpo_verl.plugin.estimators import ESTIMATORS, EstimatorBatch
-from gtpo_verl.trainer.audit_dump import DUMP_PATTERN
+from gtpo_verl.trainer.audit_dump import DUMP_PATTERN, AuditDumpError, load_audit_step
 
 ENTROPY_TOLERANCE = 1e-3
 ADVANTAGE_TOLERANCE = 1e-6
@@ -130,10 +132,12 @@ def check_step(record: dict, weights: Optional[str] = None) -> dict:
 
 def check_audit_dir(directory: str, weights: Optional[str] = None) -> dict:
     """Check every dump in ``directory``; the report ``make demo-cluster`` puts in its summary."""
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"{directory} is not a folder: give the run's gtpo.audit.dir")
     paths = sorted(glob.glob(os.path.join(directory, DUMP_PATTERN.format(step="*"))))
     if not paths:
         raise FileNotFoundError(f"no audit dumps ({DUMP_PATTERN.format(step='<k>')}) in {directory}: run with gtpo.audit.steps=[k] gtpo.audit.dir={directory}")
-    steps = [check_step(torch.load(p, weights_only=False), weights) for p in paths]
+    steps = [check_step(_checked_record(load_audit_step(p), p), weights) for p in paths]
     entropy_diff = max(s["entropy_max_abs_diff"] for s in steps)
     advantage_diff = max(s["advantage_max_abs_diff"] for s in steps)
     return {
@@ -153,13 +157,34 @@ def check_audit_dir(directory: str, weights: Optional[str] = None) -> dict:
     }
 
 
+_RECORD_KEYS = ("step", "estimator", "algorithm", "initial_entropy", "temperature", "weights", "uids", "is_padding", "prompt_ids",
+                "response_ids", "response_mask", "entropys", "responses", "scores", "advantages")
+
+
+def _checked_record(record: dict, path: str) -> dict:
+    """``record`` if it holds every field the checks read, with matching row counts; else an ``AuditDumpError``."""
+    missing = [k for k in _RECORD_KEYS if k not in record]
+    if missing:
+        raise AuditDumpError(f"{path}: fields {missing} are missing: not a complete audit dump")
+    rows = record["response_mask"].shape[0]
+    uneven = [k for k in ("uids", "is_padding", "prompt_ids", "response_ids", "entropys", "responses", "scores", "advantages")
+              if len(record[k]) != rows]
+    if uneven:
+        raise AuditDumpError(f"{path}: fields {uneven} do not have the {rows} rows of response_mask: the dump is corrupt")
+    return record
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="gtpo-audit", description=__doc__.split("\n\n")[0])
     parser.add_argument("dir", help="gtpo.audit.dir of the run")
     parser.add_argument("--weights", help="HF-format weights to use instead of the ones each dump names")
     parser.add_argument("--out", help="also write the JSON report here")
     args = parser.parse_args(argv)
-    report = check_audit_dir(args.dir, args.weights)
+    try:
+        report = check_audit_dir(args.dir, args.weights)
+    except (FileNotFoundError, AuditDumpError, ValueError, OSError) as err:
+        print(f"gtpo-audit: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
     text = json.dumps(report, indent=1)
     print(text)
     if args.out:

@@ -1,5 +1,5 @@
 """The lab's update path is verl's: one batch dumped from a real ``python -m gtpo_verl.main`` step
-(``tests/fixtures/lab/real_step_gtpo_token.pt``, a ``gtpo.audit`` dump of the CPU demo's DAPO_TOKEN
+(``tests/fixtures/lab/real_step_gtpo_token.json`` + ``.safetensors``, a ``gtpo.audit`` dump of the CPU demo's DAPO_TOKEN
 run) gets the advantages verl stored for the actor, and verl's own ``compute_advantage`` /
 ``ppo_loss`` give what the lab computes for every estimator and loss mode of the methods table."""
 
@@ -13,14 +13,15 @@ import torch
 import verl  # noqa: F401  (loads the plugin)
 from gtpo_verl.lab.methods import METHODS
 from gtpo_verl.lab.update import actor_config, algorithm_config, compute_advantages, policy_loss
+from gtpo_verl.trainer.audit_dump import load_audit_step
 from support.paths import FIXTURES
 
-FIXTURE = str(FIXTURES / "lab" / "real_step_gtpo_token.pt")
+FIXTURE = str(FIXTURES / "lab" / "real_step_gtpo_token.json")
 
 
 @pytest.fixture(scope="module")
 def step():
-    return torch.load(FIXTURE, weights_only=False)
+    return load_audit_step(FIXTURE)
 
 
 def _lab_advantages(method, step, initial_entropy=None):

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from gtpo_verl.tools.audit import check_audit_dir
-from gtpo_verl.trainer.audit_dump import validate_audit_config
+from gtpo_verl.trainer.audit_dump import load_audit_step, save_audit_step, validate_audit_config
 from support.hydra import compose_gtpo
 from support.transfer_queue import TQ_OVERRIDES, local_transfer_queue
 
@@ -117,7 +117,7 @@ def run_audited_step(tq, model_dir, audit_dir, misalign=False):
 
 def test_audit_passes_on_aligned_entropy_and_fails_on_shifted(transfer_queue, tiny_model, tmp_path):
     meta = run_audited_step(transfer_queue, tiny_model, tmp_path / "good")
-    dump = torch.load(tmp_path / "good" / "step_1.pt", weights_only=False)
+    dump = load_audit_step(str(tmp_path / "good" / "step_1.json"))
     assert dump["keys"] == list(meta.keys)  # rows in the order the estimator saw them (after the reorder)
     assert sum(dump["is_padding"]) == MULTIPLE - PROMPTS * GROUP
     assert len({u for u, p in zip(dump["uids"], dump["is_padding"]) if p}) == 1
@@ -134,8 +134,7 @@ def test_audit_passes_on_aligned_entropy_and_fails_on_shifted(transfer_queue, ti
 
     # tampered advantages (as if rows had been permuted after the estimator) fail the advantage check
     dump["advantages"] = dump["advantages"].roll(1, dims=0)
-    os.makedirs(tmp_path / "tampered")
-    torch.save(dump, tmp_path / "tampered" / "step_1.pt")
+    save_audit_step(dump, str(tmp_path / "tampered"))
     tampered = check_audit_dir(str(tmp_path / "tampered"))
     assert not tampered["passed"] and tampered["advantage_max_abs_diff"] > 1e-3
 
