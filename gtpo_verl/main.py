@@ -2,36 +2,59 @@
 
 verl's own V1 PPO trainer (``trainer.use_v1=true``, any ``trainer.v1.trainer_mode``) with
 the GTPO trainer mixin, on ``gtpo_verl/config/gtpo_trainer.yaml`` (verl's ``ppo_trainer`` plus
-our algorithm blocks). Our start-up checks run before Ray starts, then the preflight
-(``gtpo-preflight``: every node of the cluster, ``gtpo.preflight=false`` skips it); then verl's own.
+our algorithm blocks). Every start-up check runs before Ray starts (``check_training_config``:
+ours, verl's ``validate_config``, the registries); ``gtpo.dry_run=true`` stops there. Then the
+preflight (``gtpo-preflight``: every node of the cluster, ``gtpo.preflight=false`` skips it), then
+training. A config error is one line on stderr and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
 
+import sys
+
 import hydra
+
+CONFIG_ERROR_STATUS = 2  # a usage error: the config, not the machine
 
 
 def run(config) -> None:
     """Validate ``config`` and run training (the body of ``main``, callable from code)."""
-    from verl.trainer.main_ppo import run_ppo
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import validate_config
-    from verl.utils.device import auto_set_device
+    warnings = check(config)
+    if not _dry_run(config, warnings):
+        _train(config)
 
-    from gtpo_verl.plugin.registry import check_registered
-    from gtpo_verl.tools.preflight import preflight_enabled, run_preflight
-    from gtpo_verl.trainer.mixin import make_task_runner
-    from gtpo_verl.trainer.validation import validate_gtpo_config
-    from gtpo_verl.trainer.watchdog import exit_if_stalled
+
+def check(config) -> list[str]:
+    """Every start-up check, before Ray starts (CPU mode switched on first when ``trainer.device=cpu``)."""
+    from gtpo_verl.trainer.validation import check_training_config
 
     if str(config.trainer.device) == "cpu":  # opt-in CPU mode (gtpo_verl/cpu), before Ray starts
         from gtpo_verl.cpu import activate
 
         activate()
-    auto_set_device(config)
-    validate_gtpo_config(config)
-    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    check_registered()
+    return check_training_config(config)
+
+
+def _dry_run(config, warnings: list[str]) -> bool:
+    """With ``gtpo.dry_run=true``: say the config is valid and stop (True); else False."""
+    from gtpo_verl.trainer.settings import GTPOSettings
+
+    if not GTPOSettings.from_config(config).dry_run:
+        return False
+    print(
+        f"gtpo_verl: config valid for training (algorithm.adv_estimator={config.algorithm.adv_estimator}, "
+        f"{len(warnings)} warning{'s' * (len(warnings) != 1)}); gtpo.dry_run=true: nothing started."
+    )
+    return True
+
+
+def _train(config) -> None:
+    from verl.trainer.main_ppo import run_ppo
+
+    from gtpo_verl.tools.preflight import preflight_enabled, run_preflight
+    from gtpo_verl.trainer.mixin import make_task_runner
+    from gtpo_verl.trainer.watchdog import exit_if_stalled
+
     if preflight_enabled(config):
         run_preflight(config)  # exits 1 with one line per failed check before any worker starts
     try:
@@ -43,7 +66,13 @@ def run(config) -> None:
 
 @hydra.main(config_path="config", config_name="gtpo_trainer", version_base=None)
 def main(config) -> None:
-    run(config)
+    try:
+        warnings = check(config)
+    except ValueError as err:  # a bad setting: one line naming the key and the fix, nothing started
+        print(f"gtpo_verl: config error: {' '.join(str(err).split())}", file=sys.stderr)
+        sys.exit(CONFIG_ERROR_STATUS)
+    if not _dry_run(config, warnings):
+        _train(config)
 
 
 if __name__ == "__main__":

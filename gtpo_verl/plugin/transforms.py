@@ -11,7 +11,6 @@ Both read old-policy entropy (input ``entropys``) and run after any estimator, e
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -24,39 +23,28 @@ from gtpo_verl.algorithms.entropy_baselines import (
     entropy_advantage_bonus_and_stats,
     high_entropy_token_mask_and_threshold,
 )
-from gtpo_verl.plugin.extensions import KnobError, TransformResult, register_adv_transform
+from gtpo_verl.plugin.config import WEIGHT_LIMIT, choice, number, weight
+from gtpo_verl.plugin.extensions import TransformResult, register_adv_transform
 
 
 @dataclass(frozen=True)
 class HighEntropyTokensKnobs:
     """Knobs of ``high_entropy_tokens`` (docs/config.md)."""
 
-    rho: float = DEFAULT_RHO
+    rho: float = number(DEFAULT_RHO, gt=0.0, le=1.0, fix="the paper keeps the top 20% (rho: 0.2).")
     """ρ ∈ (0, 1]: the share of the batch's valid tokens, by old-policy entropy, that keep their advantage."""
-    normalize_over: str = "valid"
+    normalize_over: str = choice("valid", HIGH_ENTROPY_NORMALIZATIONS)
     """Token-mean denominator: ``valid`` (the paper's 1/Σ|o_i|) or ``kept`` (the official code: kept tokens only)."""
-
-    def __post_init__(self):
-        if not (isinstance(self.rho, (int, float)) and 0.0 < float(self.rho) <= 1.0):
-            raise KnobError("rho", "must be in (0, 1]; the paper keeps the top 20% (rho: 0.2).")
-        if self.normalize_over not in HIGH_ENTROPY_NORMALIZATIONS:
-            raise KnobError("normalize_over", f"choose one of {list(HIGH_ENTROPY_NORMALIZATIONS)}.")
 
 
 @dataclass(frozen=True)
 class EntropyAdvantageKnobs:
     """Knobs of ``entropy_advantage`` (docs/config.md)."""
 
-    alpha: float = DEFAULT_ALPHA
+    alpha: float = weight(DEFAULT_ALPHA, "the paper uses 0.4 (0 disables the bonus).")
     """α ≥ 0 of ψ(H) = min(α·H, |A|/κ) (paper: 0.4; 0 disables the bonus)."""
-    kappa: float = DEFAULT_KAPPA
-    """κ > 0: ψ is at most |A|/κ (paper: 2)."""
-
-    def __post_init__(self):
-        if not (isinstance(self.alpha, (int, float)) and math.isfinite(self.alpha) and self.alpha >= 0):
-            raise KnobError("alpha", "must be finite and >= 0; the paper uses 0.4 (0 disables the bonus).")
-        if not (isinstance(self.kappa, (int, float)) and math.isfinite(self.kappa) and self.kappa > 0):
-            raise KnobError("kappa", "must be finite and > 0; the paper uses 2.")
+    kappa: float = number(DEFAULT_KAPPA, gt=1.0, le=WEIGHT_LIMIT, fix="the paper uses 2 (κ > 1: the term never flips a sign).")
+    """κ > 1: ψ is at most |A|/κ, so it never flips the sign of a negative advantage (paper: 2)."""
 
 
 def _valid_count(response_mask: torch.Tensor) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from gtpo_verl.plugin.config import ConfigBlock, check_at_least
+from gtpo_verl.plugin.config import ConfigBlock, ConfigError, number
 
 
 @dataclass(frozen=True)
@@ -20,23 +20,15 @@ class EntropyWarningConfig(ConfigBlock):
 
     path: ClassVar[str] = "gtpo.entropy_warning"
 
-    ratio: float = 1.5
+    ratio: float = number(1.5, gt=1.0, fix="e.g. 1.5 (warn at a 50% rise).")
     """Warn when the batch mean entropy exceeds ratio × its running baseline (rising: Paper A's collapse)."""
-    fall_ratio: Optional[float] = None
+    fall_ratio: Optional[float] = number(None, gt=1.0, fix="e.g. 1.5 (warn at a fall to 2/3), or null.")
     """Warn when it drops below its running baseline / fall_ratio (entropy collapse); null = off.
     In the lab 1.1 warned before most degrading runs and in most of the others too (docs/lab.md)."""
-    momentum: float = 0.9
+    momentum: float = number(0.9, ge=0.0, lt=1.0, fix="e.g. 0.9.")
     """EMA momentum of the baseline."""
-    warmup_steps: int = 3
+    warmup_steps: int = number(3, ge=0, fix="e.g. 3.")
     """Steps that only build the baseline."""
-
-    def __post_init__(self):
-        check_at_least(self.key("ratio"), self.ratio, 1.0, "e.g. 1.5 (warn at a 50% rise).", strict=True)
-        if self.fall_ratio is not None:
-            check_at_least(self.key("fall_ratio"), self.fall_ratio, 1.0, "e.g. 1.5 (warn at a fall to 2/3), or null.", strict=True)
-        if not 0.0 <= self.momentum < 1.0:
-            raise ValueError(f"`{self.key('momentum')}={self.momentum}` must be in [0, 1); e.g. 0.9.")
-        check_at_least(self.key("warmup_steps"), self.warmup_steps, 0, "e.g. 3.")
 
 
 @dataclass(frozen=True)
@@ -45,14 +37,14 @@ class WatchdogConfig(ConfigBlock):
 
     path: ClassVar[str] = "gtpo.watchdog"
 
-    generation_timeout_s: Optional[float] = None
-    """Seconds without generation progress before the run exits with status 3; null or <= 0 = off."""
+    generation_timeout_s: Optional[float] = number(None, ge=0.0, fix="give seconds, e.g. 3600, or null (or 0) for off.")
+    """Seconds without generation progress before the run exits with status 3; null or 0 = off."""
 
     @property
     def timeout_s(self) -> Optional[float]:
         """The timeout in seconds, or None when the watchdog is off."""
         value = self.generation_timeout_s
-        return float(value) if value is not None and float(value) > 0 else None
+        return value if value else None
 
 
 @dataclass(frozen=True)
@@ -63,7 +55,7 @@ class ValidationMetricsConfig(ConfigBlock):
 
     enable: bool = True
     """Log ``val-gtpo/<data_source>/pass@k`` and ``maj@n`` when validation draws n > 1 samples."""
-    success_threshold: float = 0.0
+    success_threshold: float = number(0.0)
     """A sample succeeds when its ``acc`` (or ``reward`` without ``acc``) is above this."""
 
 
@@ -73,26 +65,18 @@ class AuditConfig(ConfigBlock):
 
     path: ClassVar[str] = "gtpo.audit"
 
-    steps: tuple[int, ...] = ()
+    steps: tuple[int, ...] = number((), ge=1, fix="global steps start at 1, e.g. [2].")
     """Global steps (from 1) whose estimator inputs and advantages are dumped."""
     dir: Optional[str] = None
-    """Folder for the dumps (``step_<k>.pt``); required when ``steps`` is set."""
+    """Folder for the dumps (``step_<k>.safetensors`` + ``.json``); required when ``steps`` is set."""
 
-    def __post_init__(self):
-        steps = self.steps
-        if isinstance(steps, (int, str)):
-            steps = [steps]
-        try:
-            steps = tuple(sorted({int(s) for s in steps}))
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"`{self.key('steps')}={list(self.steps)}` must be a list of global step numbers, e.g. [2]"
-            ) from None
-        if any(s < 1 for s in steps):
-            raise ValueError(f"`{self.key('steps')}={list(steps)}`: global steps start at 1")
-        object.__setattr__(self, "steps", steps)
-        if self.dir is not None:
-            object.__setattr__(self, "dir", str(self.dir))
+    def check(self):
+        object.__setattr__(self, "steps", tuple(sorted(set(self.steps))))
+        if self.steps and not self.dir:
+            raise ConfigError(
+                self.key("dir"), f"`{self.key('steps')}={list(self.steps)}` is set but `{self.key('dir')}` is not: "
+                f"set {self.key('dir')}=<folder for the dumps>."
+            )
 
 
 @dataclass(frozen=True)
@@ -103,6 +87,8 @@ class GTPOSettings(ConfigBlock):
 
     preflight: bool = True
     """``python -m gtpo_verl.main`` first checks every node of the cluster (``gtpo-preflight``)."""
+    dry_run: bool = False
+    """``python -m gtpo_verl.main gtpo.dry_run=true``: run every start-up check training runs, then exit 0 before Ray starts."""
     diagnostics: bool = True
     """Compute the ``gtpo/*`` metrics each step (from tensors already at hand)."""
     entropy_warning: EntropyWarningConfig = field(default_factory=EntropyWarningConfig)
@@ -113,5 +99,3 @@ class GTPOSettings(ConfigBlock):
     """pass@k / maj@n at validation."""
     audit: AuditConfig = field(default_factory=AuditConfig)
     """The entropy audit (off unless steps are chosen)."""
-
-

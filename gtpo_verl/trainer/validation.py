@@ -1,19 +1,24 @@
 """Start-up validation: runs in the driver before Ray or any worker starts.
 
-Errors are incompatible settings (one ``ValueError`` naming the key and the fix); warnings
-are settings that run but depart from what the papers use. ``validate_gtpo_config`` may
-also fill one derived value (the differentiable entropy regulariser's ``entropy_coeff``).
+Errors are incompatible settings (one ``ConfigError``, a ``ValueError``, naming the key and the
+fix); warnings are settings that run but depart from what the papers use. ``check_training_config``
+is every check ``python -m gtpo_verl.main`` runs before Ray starts (``gtpo.dry_run=true`` stops
+there; ``gtpo-preflight`` runs it too): ours (``validate_gtpo_config``), verl's
+``validate_config`` and the registries. ``validate_gtpo_config`` may also fill one derived value
+(the differentiable entropy regulariser's ``entropy_coeff``).
 """
 
 from __future__ import annotations
 
+import difflib
 import logging
 import warnings
 from typing import Any
 
-from gtpo_verl.plugin.config import select
+from gtpo_verl.plugin.config import ConfigError, check_value, select
 from gtpo_verl.plugin.estimators import ALGORITHM_BLOCKS, ESTIMATORS
 from gtpo_verl.plugin.losses import LOSS_AGG_MODE, LOSS_NAME
+from gtpo_verl.trainer.audit_dump import validate_audit_config
 from gtpo_verl.trainer.settings import GTPOSettings
 
 logger = logging.getLogger(__name__)
@@ -41,13 +46,18 @@ def validate_gtpo_config(config: Any) -> list[str]:
     agg = str(select(config, "actor_rollout_ref.actor.loss_agg_mode", "token-mean"))
     row = ESTIMATORS.get(estimator)
 
-    if not bool(select(config, "trainer.use_v1", True)):
-        raise ValueError(
-            "`trainer.use_v1=false` (verl's deprecated V0 trainer) is not supported by gtpo_verl: its fit() pops the "
-            "old-policy entropy our estimators need and has no DAPO dynamic sampling. Set trainer.use_v1=true."
+    _check_registered_names(estimator, loss_mode)
+    use_v1 = select(config, "trainer.use_v1", True)
+    if use_v1 is not True:
+        raise ConfigError(
+            "trainer.use_v1",
+            f"`trainer.use_v1={use_v1!r}`: gtpo_verl runs on verl's V1 trainer only (the deprecated V0 trainer's fit() pops the "
+            "old-policy entropy our estimators need and has no DAPO dynamic sampling). Set trainer.use_v1=true."
         )
     for block_cls in (*ALGORITHM_BLOCKS, GTPOSettings):  # every block must parse, used or not
         block_cls.from_config(config)
+    _check_batch_shape(config, estimator, row)
+    validate_audit_config(config)
 
     transforms = validate_adv_transforms(config)
     declared = _declared_estimator_inputs(estimator) or ()
@@ -57,7 +67,8 @@ def validate_gtpo_config(config: Any) -> list[str]:
         f"algorithm.adv_transforms[{i}].name={t.name}" for i, (t, _knobs) in enumerate(transforms) if "entropys" in t.inputs
     ]
     if needs_entropy and bool(select(config, "algorithm.rollout_correction.bypass_mode", False)):
-        raise ValueError(
+        raise ConfigError(
+            "algorithm.rollout_correction.bypass_mode",
             f"`{needs_entropy[0]}` needs old-policy entropy / log-probs, which verl does not compute when "
             "`algorithm.rollout_correction.bypass_mode=true` (the old-log-prob pass is skipped). "
             "Set algorithm.rollout_correction.bypass_mode=false."
@@ -93,6 +104,68 @@ def validate_gtpo_config(config: Any) -> list[str]:
                 f"the paper's form is loss_agg_mode={written_for}."
             )
     return given
+
+
+def check_training_config(config: Any) -> list[str]:
+    """Every start-up check of ``python -m gtpo_verl.main``, in its order, before Ray starts; returns the warnings.
+
+    Ours (``validate_gtpo_config``), then verl's own ``validate_config`` (its assertions become one
+    ``ConfigError``), then the registries. ``gtpo.dry_run=true`` and ``gtpo-preflight`` run exactly this.
+    """
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    from gtpo_verl.plugin.registry import check_registered
+
+    auto_set_device(config)
+    given = validate_gtpo_config(config)
+    try:
+        validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    except ConfigError:
+        raise
+    except Exception as err:  # verl asserts, raises ValueError, or Hydra wraps both in InstantiationException
+        text = " ".join(str(err).split()) or type(err).__name__
+        raise ConfigError("verl", f"verl's validate_config refused the config: {text}") from None
+    check_registered()
+    return given
+
+
+def _check_registered_names(estimator: str, loss_mode: str) -> None:
+    """The estimator and policy loss named in the config exist in verl's registries (our plugin and users' loaded)."""
+    import verl  # noqa: F401  (loads every verl.plugins entry point: users' estimators and losses register there)
+    from verl.trainer.ppo import core_algos
+
+    for key, name, registry, kind in (
+        ("algorithm.adv_estimator", estimator, core_algos.ADV_ESTIMATOR_REGISTRY, "advantage estimator"),
+        ("actor_rollout_ref.actor.policy_loss.loss_mode", loss_mode, core_algos.POLICY_LOSS_REGISTRY, "policy loss"),
+    ):
+        if name in registry:
+            continue
+        close = difflib.get_close_matches(name, list(registry), n=1, cutoff=0.6)
+        raise ConfigError(
+            key,
+            f"`{key}={name}` is not a registered {kind}"
+            + (f"; did you mean `{key}={close[0]}`?" if close else "")
+            + f" Registered: {sorted(registry)}. An estimator or loss of your own package registers through its "
+            "`verl.plugins` entry point (docs/trainer.md).",
+        )
+
+
+def _check_batch_shape(config: Any, estimator: str, row) -> None:
+    """The batch keys our code divides by or groups on: positive integers, and groups for the group estimators."""
+    prompts = check_value("data.train_batch_size", select(config, "data.train_batch_size"), int)
+    n = check_value("actor_rollout_ref.rollout.n", select(config, "actor_rollout_ref.rollout.n", 1), int)
+    for key, value in (("data.train_batch_size", prompts), ("actor_rollout_ref.rollout.n", n)):
+        if value < 1:
+            raise ConfigError(key, f"`{key}={value}` must be >= 1.")
+    if row is not None and n < 2:
+        raise ConfigError(
+            "actor_rollout_ref.rollout.n",
+            f"`actor_rollout_ref.rollout.n={n}` with `algorithm.adv_estimator={estimator}`: {estimator} compares the "
+            f"responses of one prompt's group, and a group of one has nothing to compare (every advantage would be 0). "
+            "Set actor_rollout_ref.rollout.n >= 2 (the papers sample 8-16).",
+        )
 
 
 def validate_adv_transforms(config: Any) -> list:

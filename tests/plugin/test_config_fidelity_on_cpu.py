@@ -66,7 +66,8 @@ def test_one_weight_form_of_grpo_s_equals_the_normalised_weights():
     "estimator,block", [("gtpo_token", "algorithm.gtpo_token"), ("grpo_s", "algorithm.grpo_s")]
 )
 def test_v6_without_its_failure_shaping_is_refused_at_startup(estimator, block):
-    overrides = [f"algorithm.adv_estimator={estimator}", f"{block}.variant=unified_v6"]
+    # groups of 4: a group estimator with one response per prompt is refused on its own
+    overrides = [f"algorithm.adv_estimator={estimator}", f"{block}.variant=unified_v6", "actor_rollout_ref.rollout.n=4"]
     if estimator == "grpo_s":
         overrides += ["actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s",
                       "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"]

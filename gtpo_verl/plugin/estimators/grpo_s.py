@@ -21,7 +21,7 @@ from gtpo_verl.algorithms.choices import (
     UNIFORM_GROUP_MODES,
 )
 from gtpo_verl.algorithms.sequence_shaping import grpo_s_advantage
-from gtpo_verl.plugin.config import ConfigBlock, check_at_least, check_choice, check_v6_failure_shaping
+from gtpo_verl.plugin.config import ConfigBlock, ConfigError, check_v6_failure_shaping, choice, number, weight
 from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, success_failure
 
 NAME = "grpo_s"  # algorithm.adv_estimator=grpo_s, and actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s
@@ -36,45 +36,37 @@ class GRPOSConfig(ConfigBlock):
 
     path: ClassVar[str] = f"algorithm.{NAME}"
 
-    beta1: float = 0.9
+    beta1: float = weight(0.9, "set a non-negative outcome weight, e.g. 0.9.")
     """β1, weight of the outcome reward r_i (S31)."""
-    beta2: float = 0.1
+    beta2: float = weight(0.1, "set 0 to disable entropy shaping.")
     """β2, weight of the mean-entropy bonus Ĥ_i/ΣĤ·n (S31)."""
-    variant: str = "base"
+    variant: str = choice("base", SEQUENCE_VARIANTS)
     """``base`` (v1: failures get 0) or ``unified_v6`` (failures get −β1 − β2·share, App. C)."""
     negative_shaping: bool = False
     """GRPO-S₂: failures get −(1/Ĥ_j)/Σ(1/Ĥ)·m (S36-S38); ``unified_v6`` requires it (its −β2·share term)."""
-    negative_share: str = "arithmetic"
+    negative_share: str = choice("arithmetic", NEGATIVE_SHARES)
     """Failure share: 1/Ĥ_j over the ``arithmetic`` (S36) or ``geometric`` mean of 1/Ĥ over O− (App. C)."""
-    success_share: str = "arithmetic"
+    success_share: str = choice("arithmetic", SUCCESS_SHARES)
     """Success share: Ĥ_i over the ``arithmetic`` (S31) or ``geometric`` mean of Ĥ over O+."""
-    sequence_entropy: str = "arithmetic"
+    sequence_entropy: str = choice("arithmetic", SEQUENCE_ENTROPY_MEANS)
     """Ĥ_i as the ``arithmetic`` (S32) or ``geometric`` mean of the response's token entropies."""
-    adv_norm: str = "two_zero_filled"
+    adv_norm: str = choice("two_zero_filled", ADV_NORM_MODES)
     """Normalisation sets when failures have a shaped reward: two_zero_filled | single_combined | per_class."""
-    success_threshold: float = 0.0
+    success_threshold: float = number(0.0)
     """O+ = responses whose sequence score is > this value."""
-    uniform_outcome_groups: str = "keep"
+    uniform_outcome_groups: str = choice("keep", UNIFORM_GROUP_MODES)
     """All-success / all-failure groups: ``keep`` or ``zero_adv``."""
     std_unbiased: bool = True
     """Sample std (n−1), as verl's GRPO."""
-    epsilon: float = 1e-6
+    epsilon: float = number(1e-6, gt=0.0, le=1.0, fix="use e.g. 1e-6.")
     """ε in 1/(Ĥ+ε), the logs of the geometric means, and std + ε."""
 
-    def __post_init__(self):
-        check_choice(self.key("variant"), self.variant, SEQUENCE_VARIANTS)
-        check_choice(self.key("negative_share"), self.negative_share, NEGATIVE_SHARES)
-        check_choice(self.key("success_share"), self.success_share, SUCCESS_SHARES)
-        check_choice(self.key("sequence_entropy"), self.sequence_entropy, SEQUENCE_ENTROPY_MEANS)
-        check_choice(self.key("adv_norm"), self.adv_norm, ADV_NORM_MODES)
-        check_choice(self.key("uniform_outcome_groups"), self.uniform_outcome_groups, UNIFORM_GROUP_MODES)
-        check_at_least(self.key("beta1"), self.beta1, 0.0, "set a non-negative outcome weight.")
-        check_at_least(self.key("beta2"), self.beta2, 0.0, "set 0 to disable entropy shaping.")
-        check_at_least(self.key("epsilon"), self.epsilon, 0.0, "use e.g. 1e-6.", strict=True)
+    def check(self):
         if self.beta1 + self.beta2 <= 0.0:
-            raise ValueError(
+            raise ConfigError(
+                self.key("beta1"),
                 f"`{self.key('beta1')}` and `{self.key('beta2')}` are both 0: every sequence reward would be 0. "
-                "Use e.g. beta1=0.9 beta2=0.1."
+                "Use e.g. beta1=0.9 beta2=0.1.",
             )
         check_v6_failure_shaping(self, "β")
 

@@ -20,7 +20,7 @@ from gtpo_verl.algorithms.choices import (
     UNIFORM_GROUP_MODES,
 )
 from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage
-from gtpo_verl.plugin.config import ConfigBlock, check_at_least, check_choice, check_v6_failure_shaping, select
+from gtpo_verl.plugin.config import ConfigBlock, ConfigError, check_v6_failure_shaping, choice, number, select, weight
 from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, success_failure
 
 NAME = "gtpo_token"  # algorithm.adv_estimator=gtpo_token
@@ -38,70 +38,66 @@ class GTPOTokenConfig(ConfigBlock):
 
     path: ClassVar[str] = f"algorithm.{NAME}"
 
-    alpha1: float = 0.9
+    alpha1: float = weight(0.9, "set a non-negative outcome weight, e.g. 0.9.")
     """α1, weight of the outcome reward r_i (S18)."""
-    alpha2: float = 0.1
+    alpha2: float = weight(0.1, "set 0 to disable entropy shaping.")
     """α2, weight of the entropy bonus H_{i,t}/ΣH·d_t (S18)."""
-    variant: str = "base"
+    variant: str = choice("base", TOKEN_VARIANTS)
     """``base`` (S18), ``clipped_len`` (S23-S25: clipped bonus + length penalty, α1+α2=1), ``unified_v6`` (v6 Eq. 3/5)."""
     negative_shaping: bool = False
     """GTPO₂: failed tokens get −(1/H)/Σ(1/H)·h_t (S26-S30); ``unified_v6`` requires it (its −α2·share term)."""
-    entropy_share: str = "column"
+    entropy_share: str = choice("column", ENTROPY_SHARES)
     """``column``: share across the group at step t (S18, S26); ``geometric``: within the row (S20, S27)."""
-    adv_norm: str = "two_zero_filled"
+    adv_norm: str = choice("two_zero_filled", ADV_NORM_MODES)
     """Normalisation sets when failures have a shaped reward: two_zero_filled | single_combined | per_class."""
-    success_threshold: float = 0.0
+    success_threshold: float = number(0.0)
     """O+ = responses whose sequence score (sum of token rewards) is > this value."""
-    kappa: Optional[float] = None
+    kappa: Optional[float] = number(None, gt=1.0, fix="κ > 1 (Eq. S24), e.g. 3.")
     """κ > 1 of ``clipped_len``: the bonus is clipped to [1, α1(1+1/κ)] (S24); needs κ ≤ α1/α2."""
-    overlong_buffer_len: Optional[int] = None
+    overlong_buffer_len: Optional[int] = number(None, ge=1, fix="e.g. DAPO's 4096.")
     """L1 of the length penalty R(i) (S23), e.g. DAPO's overlong buffer 4096."""
-    max_response_len: Optional[int] = None
+    max_response_len: Optional[int] = number(None, ge=1, fix="e.g. the max response length 20480.")
     """L2 of the length penalty R(i) (S23), e.g. the max response length 20480."""
-    length_penalty_denominator: str = "l1"
+    length_penalty_denominator: str = choice("l1", LENGTH_DENOMINATORS)
     """``l1``: (L − |o|)/L1, continuous (DAPO); ``l2``: the text's literal /L2."""
-    uniform_outcome_groups: str = "keep"
+    uniform_outcome_groups: str = choice("keep", UNIFORM_GROUP_MODES)
     """All-success / all-failure groups: ``keep`` the formulas, or ``zero_adv`` (0 as in GRPO)."""
     std_unbiased: bool = True
     """Sample std (n−1) as verl's GRPO, else population std."""
-    epsilon: float = 1e-6
+    epsilon: float = number(1e-6, gt=0.0, le=1.0, fix="use e.g. 1e-6.")
     """ε in 1/(H+ε), log(H+ε) and std + ε (Remark 2.1)."""
 
-    def __post_init__(self):
-        check_choice(self.key("variant"), self.variant, TOKEN_VARIANTS)
-        check_choice(self.key("entropy_share"), self.entropy_share, ENTROPY_SHARES)
-        check_choice(self.key("adv_norm"), self.adv_norm, ADV_NORM_MODES)
-        check_choice(self.key("length_penalty_denominator"), self.length_penalty_denominator, LENGTH_DENOMINATORS)
-        check_choice(self.key("uniform_outcome_groups"), self.uniform_outcome_groups, UNIFORM_GROUP_MODES)
-        check_at_least(self.key("alpha1"), self.alpha1, 0.0, "set a non-negative outcome weight.")
-        check_at_least(self.key("alpha2"), self.alpha2, 0.0, "set 0 to disable entropy shaping.")
-        check_at_least(self.key("epsilon"), self.epsilon, 0.0, "use e.g. 1e-6.", strict=True)
+    def check(self):
         if self.alpha1 + self.alpha2 <= 0.0:
-            raise ValueError(
+            raise ConfigError(
+                self.key("alpha1"),
                 f"`{self.key('alpha1')}` and `{self.key('alpha2')}` are both 0: every token reward would be 0. "
-                "Use e.g. alpha1=0.9 alpha2=0.1."
+                "Use e.g. alpha1=0.9 alpha2=0.1.",
             )
         check_v6_failure_shaping(self, "α")
         if self.variant == "clipped_len":
             if abs(self.alpha1 + self.alpha2 - 1.0) > _SUM_TOLERANCE:
-                raise ValueError(
+                raise ConfigError(
+                    self.key("alpha1"),
                     f"`{self.key('alpha1')}` + `{self.key('alpha2')}` = {self.alpha1 + self.alpha2:g} must be 1 for "
                     "variant='clipped_len': its lower clip bound 1 is the mean success reward only when α1+α2 = 1 "
-                    "(Eq. S24, docs/spec.md B.4). Use e.g. alpha1=0.9 alpha2=0.1."
+                    "(Eq. S24, docs/spec.md B.4). Use e.g. alpha1=0.9 alpha2=0.1.",
                 )
-            if self.kappa is None or not self.kappa > 1.0:
-                raise ValueError(f"`{self.key('kappa')}={self.kappa}` must be > 1 for variant=clipped_len (Eq. S24).")
+            if self.kappa is None:
+                raise ConfigError(self.key("kappa"), f"`{self.key('kappa')}=None` must be > 1 for variant=clipped_len (Eq. S24), e.g. 3.")
             if self.alpha1 * (1.0 + 1.0 / self.kappa) < 1.0 - _SUM_TOLERANCE:
-                raise ValueError(
+                raise ConfigError(
+                    self.key("kappa"),
                     f"`{self.key('kappa')}={self.kappa}` makes the clip range [1, α1(1+1/κ)] = "
                     f"[1, {self.alpha1 * (1 + 1 / self.kappa):g}] empty; need κ ≤ α1/α2 = "
-                    f"{self.alpha1 / max(self.alpha2, 1e-12):g}."
+                    f"{self.alpha1 / max(self.alpha2, 1e-12):g}.",
                 )
             l1, l2 = self.overlong_buffer_len, self.max_response_len
-            if l1 is None or l2 is None or not (0 < int(l1) < int(l2)):
-                raise ValueError(
+            if l1 is None or l2 is None or not l1 < l2:
+                raise ConfigError(
+                    self.key("overlong_buffer_len"),
                     f"variant=clipped_len needs 0 < `{self.key('overlong_buffer_len')}` (L1={l1}) < "
-                    f"`{self.key('max_response_len')}` (L2={l2}), e.g. 4096 and 20480 as in DAPO."
+                    f"`{self.key('max_response_len')}` (L2={l2}), e.g. 4096 and 20480 as in DAPO.",
                 )
 
 
@@ -127,7 +123,8 @@ def _metrics(result, counts, success, failure, real) -> dict[str, float]:
 
 def _check(config, block: GTPOTokenConfig, warn) -> None:
     if block.variant == "clipped_len" and bool(select(config, "reward.reward_kwargs.overlong_buffer_cfg.enable", False)):
-        raise ValueError(
+        raise ConfigError(
+            block.key("variant"),
             f"`{block.key('variant')}=clipped_len` computes the length penalty R(i) itself (Eq. S23) and "
             "`reward.reward_kwargs.overlong_buffer_cfg.enable=true` adds DAPO's overlong penalty too: it would be "
             "applied twice. Set reward.reward_kwargs.overlong_buffer_cfg.enable=false (or use variant=base)."

@@ -21,7 +21,7 @@ from gtpo_verl.algorithms.choices import (
     TRAJ_PRESET_NAMES,
 )
 from gtpo_verl.algorithms.trajectory import LN2, gtpo_traj_advantage
-from gtpo_verl.plugin.config import ConfigBlock, check_at_least, check_choice, select
+from gtpo_verl.plugin.config import ConfigBlock, ConfigError, choice, number, select, weight
 from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch
 
 NAME = "gtpo_traj"  # algorithm.adv_estimator=gtpo_traj
@@ -40,7 +40,6 @@ TRAJ_PRESETS: dict[str, dict[str, Any]] = {
     # the paper text read literally: λ ∈ {0,1,2}, no divisor, ln 2, GRPO's Â_i, ⟨H⟩_ini gate
     "paper": dict(overlap="union", divisor="none", entropy_threshold=LN2, norm_adv_by_std=True, ini_entropy_gate=True),
 }
-assert tuple(TRAJ_PRESETS) == TRAJ_PRESET_NAMES
 
 
 @dataclass(frozen=True)
@@ -54,44 +53,30 @@ class GTPOTrajConfig(ConfigBlock):
     path: ClassVar[str] = f"algorithm.{NAME}"
     config_only: ClassVar[tuple[str, ...]] = ("preset", "ini_entropy_gate")
 
-    preset: str = "official"
+    preset: str = choice("official", TRAJ_PRESET_NAMES)
     """``official`` (the released code) or ``paper`` (the literal paper text); fills the null keys below."""
-    gamma: float = 0.1
+    gamma: float = weight(0.1, "set 0 to disable the entropy regulariser.")
     """γ, entropy-regulariser weight (S17; official ENT_SCALE=0.1)."""
-    conflict_weight: float = 2.0
-    """W, λ on conflict tokens of positive responses (S12; official W_RAW=2)."""
-    entropy_filter_scope: str = "all"
+    conflict_weight: float = number(2.0, ge=0.0, le=1e3, fix="the paper uses 2.")
+    """W, λ on conflict tokens of positive responses (S12; official W_RAW=2); λ reaches W² where the runs overlap."""
+    entropy_filter_scope: str = choice("all", ENTROPY_FILTER_SCOPES)
     """δ applies to ``all`` responses, only to A<0 (``neg_only``, the "OnlyNeg" ablation), or ``none``."""
-    entropy_reg_mode: str = "advantage_offset"
+    entropy_reg_mode: str = choice("advantage_offset", ENTROPY_REG_MODES)
     """``advantage_offset``: Ã = δ(A − γ⟨H⟩) (official); ``differentiable``: −γ·H added in the actor loss."""
-    initial_entropy: Optional[float] = None
+    initial_entropy: Optional[float] = number(None, ge=0.0, fix="entropies are non-negative.")
     """⟨H⟩_ini for the gate; null = measured on the first batch by the trainer integration."""
-    entropy_threshold: Optional[float] = None
+    entropy_threshold: Optional[float] = number(None, gt=0.0, fix="the paper uses ln 2 ≈ 0.693.")
     """δ_i = 1[⟨H⟩_i ≤ threshold] (S16); preset: 0.7 official, ln 2 paper."""
-    overlap: Optional[str] = None
+    overlap: Optional[str] = choice(None, OVERLAP_MODES)
     """λ where forward and backward runs overlap: ``product`` (4, official) or ``union`` (2, paper)."""
-    divisor: Optional[str] = None
+    divisor: Optional[str] = choice(None, DIVISOR_MODES)
     """Per-response 1/n_conf: ``code`` (max(k_f,k_b), official), ``union`` (|F∪B|) or ``none`` (paper)."""
     norm_adv_by_std: Optional[bool] = None
     """A_i = r_i − mean (official) or GRPO's (r − mean)/(std + ε) (paper)."""
     ini_entropy_gate: Optional[bool] = None
     """Paper S16: if ⟨H⟩_ini > threshold, δ ≡ 1 for the whole run (official: off)."""
-    epsilon: float = 1e-6
+    epsilon: float = number(1e-6, gt=0.0, le=1.0, fix="use e.g. 1e-6.")
     """ε of the std normalisation."""
-
-    def __post_init__(self):
-        check_choice(self.key("preset"), self.preset, TRAJ_PRESET_NAMES)
-        check_choice(self.key("entropy_filter_scope"), self.entropy_filter_scope, ENTROPY_FILTER_SCOPES)
-        check_choice(self.key("entropy_reg_mode"), self.entropy_reg_mode, ENTROPY_REG_MODES)
-        check_at_least(self.key("gamma"), self.gamma, 0.0, "set 0 to disable the entropy regulariser.")
-        check_at_least(self.key("conflict_weight"), self.conflict_weight, 0.0, "the paper uses 2.")
-        check_at_least(self.key("epsilon"), self.epsilon, 0.0, "use e.g. 1e-6.", strict=True)
-        resolved = self.resolved_choices()
-        check_choice(self.key("overlap"), resolved["overlap"], OVERLAP_MODES)
-        check_choice(self.key("divisor"), resolved["divisor"], DIVISOR_MODES)
-        check_at_least(self.key("entropy_threshold"), resolved["entropy_threshold"], 0.0, "the paper uses ln 2 ≈ 0.693.", True)
-        if self.initial_entropy is not None:
-            check_at_least(self.key("initial_entropy"), self.initial_entropy, 0.0, "entropies are non-negative.")
 
     def resolved_choices(self) -> dict[str, Any]:
         """The preset-controlled keys with the preset filled in where the block left them null."""
@@ -195,7 +180,8 @@ def _configure_differentiable_entropy(config, block: GTPOTrajConfig) -> None:
             config.actor_rollout_ref.actor.entropy_coeff = target
         logger.info("%s differentiable entropy regulariser: actor_rollout_ref.actor.entropy_coeff=%s", NAME, target)
     elif abs(coeff - target) > 1e-12:
-        raise ValueError(
+        raise ConfigError(
+            block.key("entropy_reg_mode"),
             f"`{block.key('entropy_reg_mode')}=differentiable` with gamma={block.gamma} needs "
             f"`actor_rollout_ref.actor.entropy_coeff={target}` (verl's entropy term with a negative sign), "
             f"but it is {coeff}. Leave entropy_coeff at 0 (it is set for you) or set it to {target}."
