@@ -23,18 +23,21 @@ Importing this module does not import verl; registering an estimator does.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Union
 
 import torch
 
 from gtpo_verl.algorithms.kernels.threads import one_cpu_thread
-from gtpo_verl.plugin.config import to_dict, to_list
+from gtpo_verl.plugin.config import ConfigError, check_entries, to_dict, to_list
 from gtpo_verl.plugin.context import bound_estimator_input, record_estimator_output
+from gtpo_verl.plugin.finite import check_finite
 
 # estimator keyword → TransferQueue field of verl 0.9.1's V1 trainer
 INPUT_FIELDS = {"entropys": "entropy", "responses": "responses", "old_log_probs": "old_log_probs"}
+FLOAT_INPUTS = ("entropys", "old_log_probs")  # checked for NaN/Inf at valid positions before any use
 CALLED = "estimator_called"  # key of the context's outputs: the name verl called through its registry
 
 LAUNCH_FIX = (
@@ -95,6 +98,9 @@ def register_entropy_aware_estimator(
     ``optional`` inputs are fetched too but reach ``fn`` as None when absent (``fn`` decides;
     ``resolve_input`` gives it the same error).
 
+    A NaN/Inf reward, float input or returned advantage at a valid position raises one
+    ``ValueError`` naming the row and its uid (``plugin/finite.py``).
+
     Returns the registered wrapper (call it like the function).
     """
     required = _check_inputs("advantage estimator", name, inputs)
@@ -103,13 +109,23 @@ def register_entropy_aware_estimator(
     def decorator(fn: Callable) -> Callable:
         from verl.trainer.ppo.core_algos import register_adv_est
 
+        owner = f"advantage estimator {name!r}"
+
         @functools.wraps(fn)
         def estimator(token_level_rewards, response_mask, index=None, config=None, **kwargs):
             for key in declared:
                 if key in required or kwargs.get(key) is not None or bound_estimator_input(key) is not None:
-                    kwargs[key] = resolve_input(key, kwargs.get(key), f"advantage estimator {name!r}", response_mask)
+                    kwargs[key] = resolve_input(key, kwargs.get(key), owner, response_mask)
+            check_finite(token_level_rewards, "score", owner, index)  # anywhere in the row: scores are row sums
+            for key in FLOAT_INPUTS:
+                if kwargs.get(key) is not None:
+                    check_finite(kwargs[key], key, owner, index, response_mask)
             record_estimator_output(CALLED, name)
-            return fn(token_level_rewards=token_level_rewards, response_mask=response_mask, index=index, config=config, **kwargs)
+            advantages, returns = fn(
+                token_level_rewards=token_level_rewards, response_mask=response_mask, index=index, config=config, **kwargs
+            )
+            check_finite(advantages, "advantages", owner, index, response_mask)
+            return advantages, returns
 
         estimator.gtpo_inputs = declared
         register_adv_est(name)(estimator)
@@ -196,37 +212,42 @@ def parse_adv_transforms(entries: Any) -> list[tuple[AdvTransform, Any]]:
         return []
     entries = to_list(entries)
     if not isinstance(entries, (list, tuple)):
-        raise ValueError(
+        raise ConfigError(
+            "algorithm.adv_transforms",
             f"`algorithm.adv_transforms` must be a list of {{name: ..., <knobs>}} entries, got {entries!r}; "
             "e.g. algorithm.adv_transforms='[{name:entropy_advantage}]'."
         )
     out = []
     for i, raw in enumerate(entries):
-        try:
-            entry = to_dict(raw)
-        except TypeError:
-            entry = None
         key = f"algorithm.adv_transforms[{i}]"
+        try:
+            entry = to_dict(raw, key)
+        except ConfigError:
+            entry = None
         if not isinstance(entry, dict) or "name" not in entry:
-            raise ValueError(f"`{key}={raw!r}` needs a `name`; e.g. {{name: high_entropy_tokens, rho: 0.2}}.")
-        name = str(entry.pop("name"))
-        transform = _TRANSFORMS.get(name)
+            raise ConfigError(key, f"`{key}={raw!r}` needs a `name`; e.g. {{name: high_entropy_tokens, rho: 0.2}}.")
+        name = entry.pop("name")
+        transform = _TRANSFORMS.get(name) if isinstance(name, str) else None
         if transform is None:
-            raise ValueError(
-                f"`{key}.name={name}` is not a registered advantage transform; valid names: {sorted(_TRANSFORMS)}. "
-                "A transform from your own package registers through its `verl.plugins` entry point "
-                "(docs/trainer.md, 'Write your own estimator or transform')."
+            close = difflib.get_close_matches(str(name), list(_TRANSFORMS), n=1)
+            raise ConfigError(
+                f"{key}.name",
+                f"`{key}.name={name}` is not a registered advantage transform"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f"; valid names: {sorted(_TRANSFORMS)}. A transform from your own package registers through its "
+                "`verl.plugins` entry point (docs/trainer.md, 'Write your own estimator or transform').",
             )
         fields = {f.name for f in dataclasses.fields(transform.knobs)} if transform.knobs else set()
         unknown = sorted(set(entry) - fields)
         if unknown:
-            raise ValueError(
-                f"unknown key(s) {[f'{key}.{k}' for k in unknown]} for transform {name!r}; valid keys: {sorted(fields)}."
+            raise ConfigError(
+                f"{key}.{unknown[0]}",
+                f"unknown key(s) {[f'{key}.{k}' for k in unknown]} for transform {name!r}; valid keys: {sorted(fields)}.",
             )
         try:
-            knobs = transform.knobs(**entry) if transform.knobs else None
+            knobs = transform.knobs(**check_entries(transform.knobs, entry, key)) if transform.knobs else None
         except KnobError as err:
-            raise ValueError(f"`{key}.{err.knob}={entry.get(err.knob)!r}`: {err}") from None
+            raise ConfigError(f"{key}.{err.knob}", f"`{key}.{err.knob}={entry.get(err.knob)!r}`: {err}") from None
         out.append((transform, knobs))
     return out
 
@@ -245,13 +266,20 @@ def apply_adv_transforms(
     response_mask: torch.Tensor,
     inputs: dict[str, torch.Tensor],
     metrics: Optional[dict[str, float]] = None,
+    uids: Union[list, Callable[[], list], None] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Apply ``transforms`` in order; returns ``(advantages, response_mask)`` (the mask narrowed or not).
 
-    On the CPU each runs on one thread, as the estimators do (``kernels/threads.py``).
+    On the CPU each runs on one thread, as the estimators do (``kernels/threads.py``). A NaN/Inf
+    float input or result at a valid position raises one ``ValueError`` naming the row and its
+    uid (``uids``, row-aligned, or a callable that reads them, called only for the message).
     """
     for transform, knobs in transforms:
-        kwargs = {k: resolve_input(k, inputs.get(k), f"advantage transform {transform.name!r}", response_mask) for k in transform.inputs}
+        owner = f"advantage transform {transform.name!r}"
+        kwargs = {k: resolve_input(k, inputs.get(k), owner, response_mask) for k in transform.inputs}
+        for key in FLOAT_INPUTS:
+            if key in kwargs:
+                check_finite(kwargs[key], key, owner, uids, response_mask)
         with torch.no_grad(), one_cpu_thread(advantages):
             result = transform.fn(advantages, response_mask, knobs, **kwargs)
         if isinstance(result, torch.Tensor):
@@ -262,6 +290,7 @@ def apply_adv_transforms(
                 f"advantages of shape {tuple(advantages.shape)}"
             )
         advantages = result.advantages.to(advantages.dtype)
+        check_finite(advantages, "advantages", owner, uids, response_mask)
         if result.response_mask is not None:
             response_mask = (result.response_mask.bool() & response_mask.bool()).to(response_mask.dtype)
         if metrics is not None:

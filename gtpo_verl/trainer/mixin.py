@@ -32,6 +32,7 @@ from gtpo_verl.algorithms.groups import row_dot
 from gtpo_verl.plugin.config import select
 from gtpo_verl.plugin.context import bind_estimator_inputs
 from gtpo_verl.plugin.estimators import ESTIMATORS
+from gtpo_verl.plugin.finite import check_finite
 from gtpo_verl.plugin.extensions import (
     CALLED,
     INPUT_FIELDS,
@@ -161,6 +162,7 @@ class GTPOTrainerMixin:
                 metrics[PREFIX + "entropy/initial"] = float(self.gtpo_state.initial_entropy)
             scores = padded(data["rm_scores"]).sum(-1)
             uids = np.array(list(data["uid"]), dtype=object)
+            check_finite(scores[real], "score", f"algorithm.adv_estimator={estimator}", uids[real.numpy()])
             metrics[ALL_EQUAL_GROUPS_FRAC] = all_equal_groups_frac(scores[real], uids[real.numpy()])
         batch = self._gtpo_transform_advantages(batch, transforms, bound, metrics, diagnostics)
         if diagnostics:
@@ -182,8 +184,11 @@ class GTPOTrainerMixin:
         response_mask = padded(nested_mask)
         advantages, returns = padded(data["advantages"]), padded(data["returns"])
         returns_are_advantages = torch.equal(advantages, returns)  # GRPO family; GAE's returns are value targets
+        def uids() -> list:  # read only to name a row in an error
+            return list(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid"])["uid"])
+
         new_advantages, new_mask = apply_adv_transforms(
-            transforms, advantages, response_mask, inputs, metrics if diagnostics else None
+            transforms, advantages, response_mask, inputs, metrics if diagnostics else None, uids=uids
         )
         output = {"advantages": response_to_nested(new_advantages, nested_mask)}
         if returns_are_advantages:
