@@ -10,8 +10,10 @@
 #   LAUNCHER=direct   run the driver on this machine: a single node (verl starts a local Ray), or a node
 #                     of a running cluster with RAY_ADDRESS=<head ip>:6379 (recipes/slurm/ray_on_slurm.sbatch).
 #   DRY_RUN=1         print the resolved command (every variable expanded, quoted for bash) and exit 0.
-#   DRY_RUN=config    print the composed trainer config for these overrides (Hydra `--cfg job`) and exit;
-#                     needs gtpo_verl installed where it runs, no GPU.
+#   DRY_RUN=config    validate these overrides exactly as training would (`python3 -m gtpo_verl.main ...
+#                     gtpo.dry_run=true`: gtpo_verl's blocks, verl's validate_config, the registries) and exit
+#                     with its status (0 valid, 2 not, one line naming the key); starts nothing, needs no
+#                     GPU, needs gtpo_verl installed where it runs.
 #   RAY_AUTH_MODE=token  a cluster with Ray token authentication: `ray job submit` and the driver present
 #                     the token from RAY_AUTH_TOKEN, the file RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (Ray's
 #                     order); launch_main stops with a clear error when none is there.
@@ -107,7 +109,7 @@ launch_main() {
     esac
     case "${DRY_RUN}" in
     0 | preflight) check_ray_token && "${cmd[@]}" ;;
-    config) "${main[@]}" --cfg job ;;
+    config) "${main[@]}" gtpo.dry_run=true ;;
     *)
         echo "# DRY_RUN=${DRY_RUN}: nothing launched. ${0##*/} with LAUNCHER=${LAUNCHER} runs:"
         print_command "${cmd[@]}"

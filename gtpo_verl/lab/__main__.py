@@ -11,12 +11,32 @@ from __future__ import annotations
 import os
 import sys
 
+from gtpo_verl.lab.methods import resolve_methods
 from gtpo_verl.lab.study import _parser, run_study
+from gtpo_verl.lab.tasks import TASKS
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
-    payload = run_study(args)
+    from gtpo_verl.tools.cli import fail
+
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.group < 2:
+        fail(parser.prog, f"--group {args.group}: the methods compare the responses of one prompt; use at least 2")
+    unknown = [t for t in (t.strip() for t in args.tasks.split(",")) if t and t not in TASKS]
+    if unknown or not args.tasks.strip():
+        fail(parser.prog, f"--tasks {args.tasks!r}: unknown task(s) {unknown}; the lab's tasks: {sorted(TASKS)}")
+    try:
+        resolve_methods(args.methods)
+    except ValueError as err:  # an unknown method or transform
+        fail(parser.prog, str(err))
+    if args.from_runs:
+        try:
+            payload = run_study(args)
+        except ValueError as err:  # a runs file that is missing, corrupt or has no complete seed
+            fail(parser.prog, str(err))
+    else:
+        payload = run_study(args)
     print(f"{payload['steps_total']} steps in {payload['wall_s']} s ({payload['steps_per_s']} steps/s, {args.workers} workers) "
           f"→ {os.path.join(args.out, 'results.json')}")
     for row in payload["verdicts"]["primary"]:

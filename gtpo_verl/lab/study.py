@@ -20,17 +20,19 @@ def _parser() -> argparse.ArgumentParser:
     from gtpo_verl.lab.methods import METHODS
     from gtpo_verl.lab.tasks import TASKS
 
-    p = argparse.ArgumentParser(prog="python -m gtpo_verl.lab", description="Train the lab methods on the lab tasks over paired seeds; results.json, table, figures, verdicts (docs/lab.md).")
+    from gtpo_verl.tools.cli import ArgumentParser, non_negative_int, positive_int
+
+    p = ArgumentParser(prog="python -m gtpo_verl.lab", description="Train the lab methods on the lab tasks over paired seeds; results.json, table, figures, verdicts (docs/lab.md).")
     p.add_argument("--quick", action="store_true", help=f"small run: {QUICK}")
-    p.add_argument("--seeds", type=int, help=f"paired seeds 0..N-1 (default {DEFAULT['seeds']})")
-    p.add_argument("--first-seed", type=int, default=0)
-    p.add_argument("--steps", type=int, help=f"RL steps per run (default {DEFAULT['steps']})")
-    p.add_argument("--eval-every", type=int, help="validation spacing in steps (default 25)")
+    p.add_argument("--seeds", type=positive_int, help=f"paired seeds 0..N-1 (default {DEFAULT['seeds']})")
+    p.add_argument("--first-seed", type=non_negative_int, default=0)
+    p.add_argument("--steps", type=positive_int, help=f"RL steps per run (default {DEFAULT['steps']})")
+    p.add_argument("--eval-every", type=positive_int, help="validation spacing in steps (default 25)")
     p.add_argument("--methods", default=",".join(METHODS), help="lab methods, registered estimators, or estimator+transform")
     p.add_argument("--tasks", default=",".join(TASKS))
-    p.add_argument("--prompts", type=int, default=8, help="prompts per training batch")
-    p.add_argument("--group", type=int, default=8, help="responses per prompt")
-    p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (one torch thread each)")
+    p.add_argument("--prompts", type=positive_int, default=8, help="prompts per training batch")
+    p.add_argument("--group", type=positive_int, default=8, help="responses per prompt (at least 2: the methods compare a group)")
+    p.add_argument("--workers", type=positive_int, default=min(2, os.cpu_count() or 1), help="processes (one torch thread each)")
     p.add_argument("--out", default="outputs/lab")
     p.add_argument("--no-figures", action="store_true")
     p.add_argument("--wall-s", type=float, help="with --from-runs: the study's measured wall time in seconds")
@@ -101,17 +103,16 @@ def rebuild(args: argparse.Namespace) -> dict[str, Any]:
     from gtpo_verl.lab.report import figures, markdown_table, write_results
     from gtpo_verl.lab.train import LabSize
 
-    with open(args.from_runs) as f:
-        original = None
-        if args.from_runs.endswith(".json"):  # a finished study's results.json: keep its timing
-            original = json.load(f)
-            runs = original["runs"]
-        else:
-            runs = [json.loads(line) for line in f if line.strip()]
+    original, runs = read_runs(args.from_runs)
     methods = resolve_methods(args.methods)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     complete = sorted(s for s in {r["seed"] for r in runs}
                       if sum(r["seed"] == s for r in runs) == len(methods) * len(tasks))
+    if not complete:
+        raise ValueError(
+            f"--from-runs {args.from_runs}: no seed has every method ({len(methods)}) on every task ({len(tasks)}) "
+            f"among its {len(runs)} runs: pass the --methods and --tasks of the study that wrote it"
+        )
     runs = [r for r in runs if r["seed"] in complete]
     order = {m.name: i for i, m in enumerate(methods)}
     runs.sort(key=lambda r: (r["task"], order[r["method"]], r["seed"]))
@@ -133,6 +134,25 @@ def rebuild(args: argparse.Namespace) -> dict[str, Any]:
     if not args.no_figures:
         payload["figures"] = figures(payload, args.out)
     return payload
+
+
+def read_runs(path: str) -> tuple[Any, list[dict]]:
+    """``(results.json payload or None, runs)`` from a results.json or a runs JSONL file; one clear error otherwise."""
+    try:
+        with open(path) as f:
+            if path.endswith(".json"):  # a finished study's results.json: keep its timing
+                original = json.load(f)
+                runs = original["runs"] if isinstance(original, dict) else None
+            else:
+                original, runs = None, [json.loads(line) for line in f if line.strip()]
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"--from-runs {path}: cannot be read ({err.strerror or err})") from None
+    except (json.JSONDecodeError, KeyError) as err:
+        raise ValueError(f"--from-runs {path}: not a lab runs file or results.json ({type(err).__name__}: {err})") from None
+    keys = ("task", "method", "seed", "curves", "wall_s")
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and all(k in r for k in keys) for r in runs):
+        raise ValueError(f"--from-runs {path}: every run needs {list(keys)}: not a lab runs file or results.json")
+    return original, runs
 
 
 def run_study(args: argparse.Namespace) -> dict[str, Any]:

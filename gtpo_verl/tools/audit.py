@@ -21,7 +21,6 @@ cannot read is one line on stderr and exit status 2. Dumps are read without unpi
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import os
@@ -32,6 +31,7 @@ import torch
 
 from gtpo_verl.algorithms.groups import group_ids_from_uids
 from gtpo_verl.plugin.estimators import ESTIMATORS, EstimatorBatch
+from gtpo_verl.tools.cli import ArgumentParser, fail
 from gtpo_verl.trainer.audit_dump import DUMP_PATTERN, AuditDumpError, load_audit_step
 
 ENTROPY_TOLERANCE = 1e-3
@@ -175,7 +175,7 @@ def _checked_record(record: dict, path: str) -> dict:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="gtpo-audit", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="gtpo-audit", description=__doc__.split("\n\n")[0])
     parser.add_argument("dir", help="gtpo.audit.dir of the run")
     parser.add_argument("--weights", help="HF-format weights to use instead of the ones each dump names")
     parser.add_argument("--out", help="also write the JSON report here")
@@ -183,8 +183,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         report = check_audit_dir(args.dir, args.weights)
     except (FileNotFoundError, AuditDumpError, ValueError, OSError) as err:
-        print(f"gtpo-audit: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
+        fail(parser.prog, str(err))
     text = json.dumps(report, indent=1)
     print(text)
     if args.out:

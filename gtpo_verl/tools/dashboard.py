@@ -15,11 +15,11 @@ plotted) next to the unbiased ``val-gtpo/.../pass@k`` the trainer mixin adds.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Optional
 
 from gtpo_verl.algorithms.pass_at_k import pass_ks
+from gtpo_verl.tools.cli import ArgumentParser, fail, positive_int
 
 # (section, [(panel title, [metric templates])]); docs/metrics.md explains each panel
 SECTIONS: list[tuple[str, list[tuple[str, list[str]]]]] = [
@@ -139,12 +139,12 @@ def build_workspace(
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="gtpo-dashboard", description="Save the gtpo_verl wandb workspace (docs/metrics.md panels).")
+    parser = ArgumentParser(prog="gtpo-dashboard", description="Save the gtpo_verl wandb workspace (docs/metrics.md panels).")
     parser.add_argument("--entity", required=True)
     parser.add_argument("--project", required=True)
     parser.add_argument("--runs", default="", help="comma-separated run names to show (default: all runs)")
     parser.add_argument("--data-source", default="math_dapo", help="validation data_source (AIME: math_dapo)")
-    parser.add_argument("--val-n", type=int, default=32, help="validation samples per problem")
+    parser.add_argument("--val-n", type=positive_int, default=32, help="validation samples per problem")
     parser.add_argument("--name", default="gtpo_verl", help="workspace name")
     parser.add_argument("--dry-run", action="store_true", help="print the panels; save nothing")
     args = parser.parse_args(argv)
@@ -153,8 +153,15 @@ def main(argv=None) -> int:
         for section, title, metrics in panel_metrics(args.data_source, args.val_n):
             print(f"{section} | {title}: {', '.join(metrics)}")
         return 0
-    workspace = build_workspace(args.entity, args.project, args.data_source, args.val_n, runs, args.name)
-    workspace.save()
+    try:
+        workspace = build_workspace(args.entity, args.project, args.data_source, args.val_n, runs, args.name)
+        workspace.save()
+    except ImportError as err:
+        fail(parser.prog, str(err))
+    except Exception as err:  # wandb: no login, no network, no such entity or project
+        fail(parser.prog, f"saving the workspace to wandb failed ({type(err).__name__}: {err}); "
+             "log in (`wandb login`, or WANDB_API_KEY) on a machine that reaches the wandb server, "
+             "or print the panels with --dry-run", status=1)
     print(f"saved workspace {args.name!r}: {workspace.url}")
     return 0
 

@@ -9,15 +9,18 @@ each alive node, with the runtime environment verl's ``run_ppo`` would use; othe
 this machine, where verl would start its own Ray. Prints one line per check with its fix and
 exits 1 if any check fails.
 
-Checks: the cluster accepts this process (Ray token authentication); gtpo_verl importable and
+Checks: the config itself, with every start-up check training runs (``check_training_config``:
+ours, verl's ``validate_config``, the registries; a bad config is one ``[FAIL] config`` line and the
+node checks still run); the cluster accepts this process (Ray token authentication); gtpo_verl importable and
 registered with verl; verl / vLLM / torch / transformers / TransferQueue versions (verl as pinned
 in ``gtpo_verl/config/REQUIRED_VERL.txt``,
 all equal across nodes, the GPU stack as verl 0.9.1's ``[vllm]`` extra pins it); GPUs registered
 with Ray against ``trainer.nnodes × trainer.n_gpus_per_node``, and on each node the CUDA devices a
 task *holding that node's GPUs* sees (what verl's workers will see: Ray blanks
 ``CUDA_VISIBLE_DEVICES`` in a task that holds none); flash-attn when the model loads with
-``flash_attention_2``; model folder and data files readable; checkpoint folder writable; the run
-length (``total_training_steps``) as verl will resolve it.
+``flash_attention_2``; model folder and data files readable (a parquet file whose footer does not
+parse fails here, not at the first batch); checkpoint folder writable; the run length
+(``total_training_steps``) as verl will resolve it.
 
 A node that does not answer within ``GTPO_PREFLIGHT_TIMEOUT_S`` seconds (default 180) is named:
 a node whose Ray runs with another token or ``RAY_AUTH_MODE`` joins the cluster but refuses the
@@ -129,21 +132,39 @@ def gpu_stack_pins() -> dict[str, str]:
 
 
 def dataset_rows(path: str) -> Optional[int]:
-    """Row count of a parquet / json(l) file or folder of them, from metadata where possible."""
+    """Row count of a parquet / json(l) file or folder of them, from metadata where possible (None: unknown)."""
+    try:
+        return _rows(path)
+    except Exception:  # unreadable or corrupt: dataset_problem says which
+        return None
+
+
+def dataset_problem(path: str) -> Optional[str]:
+    """Why verl could not read the data file ``path`` (a corrupt parquet footer, a folder without data), else None."""
+    if "://" in path and not path.startswith("file://"):
+        return None  # remote storage: verl copies it at start
+    try:
+        rows = _rows(path.removeprefix("file://"))
+    except Exception as err:  # pyarrow raises ArrowInvalid for a file that is not parquet
+        return f"{path} cannot be read as a dataset ({type(err).__name__}: {' '.join(str(err).split())[:200]})"
+    if rows == 0:
+        return f"{path} has no rows"
+    return None
+
+
+def _rows(path: str) -> Optional[int]:
     path = os.path.expanduser(path)
     if os.path.isdir(path):
-        counts = [dataset_rows(os.path.join(path, f)) for f in sorted(os.listdir(path)) if f.endswith((".parquet", ".jsonl", ".json"))]
+        names = sorted(f for f in os.listdir(path) if f.endswith((".parquet", ".jsonl", ".json")))
+        counts = [_rows(os.path.join(path, f)) for f in names]
         return sum(counts) if counts and None not in counts else None
-    try:
-        if path.endswith(".parquet"):
-            import pyarrow.parquet as pq
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
 
-            return pq.ParquetFile(path).metadata.num_rows
-        if path.endswith(".jsonl"):
-            with open(path, "rb") as f:
-                return sum(1 for line in f if line.strip())
-    except OSError:
-        return None
+        return pq.ParquetFile(path).metadata.num_rows
+    if path.endswith(".jsonl"):
+        with open(path, "rb") as f:
+            return sum(1 for line in f if line.strip())
     return None
 
 
@@ -154,9 +175,10 @@ def resolve_total_training_steps(config) -> tuple[Optional[int], str]:
         return int(trainer.total_training_steps), "trainer.total_training_steps"
     files = _as_list(config.data.train_files)
     rows = [dataset_rows(p) for p in files]
-    if not files or None in rows:
-        return None, "not set, and the train files cannot be counted here: verl will use rows // data.train_batch_size × total_epochs"
-    per_epoch = sum(rows) // int(config.data.train_batch_size)
+    batch = config.data.get("train_batch_size")
+    if not files or None in rows or not isinstance(batch, int) or batch < 1:
+        return None, "not set, and the train files or data.train_batch_size cannot be read here: verl will use rows // data.train_batch_size × total_epochs"
+    per_epoch = sum(rows) // batch
     steps = per_epoch * int(trainer.total_epochs)
     return steps, (
         f"not set: verl counts {sum(rows):,} rows // data.train_batch_size {config.data.train_batch_size} "
@@ -189,8 +211,29 @@ def _per_node(nodes: list[Node], key: str) -> list[str]:
     return [f"{n.name}: {n.report[key]}" for n in nodes if n.report.get(key)]
 
 
+def _count(value) -> int:
+    """A count from the config, 0 where it is not a whole number (the config check names that key)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def config_check(config) -> Check:
+    """The config with every start-up check of ``python -m gtpo_verl.main`` (no Ray, no worker)."""
+    import copy
+    import warnings
+
+    from gtpo_verl.trainer.validation import check_training_config
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # they are logged; the line counts them
+            given = check_training_config(copy.deepcopy(config))  # it may fill derived values: not here
+    except ValueError as err:
+        return Check("config", False, " ".join(str(err).split()), "set the key as the message says")
+    return Check("config", True, f"valid for training ({len(given)} warning{'s' * (len(given) != 1)})")
+
+
 def evaluate(config, nodes: list[Node], silent: list[str]) -> list[Check]:
-    checks: list[Check] = []
+    checks: list[Check] = [config_check(config)]
     answered = [n for n in nodes if n.report and "task_error" not in n.report]
     where = f"{len(answered)} node{'s' * (len(answered) != 1)}"
     if silent or len(answered) != len(nodes):
@@ -238,7 +281,7 @@ def evaluate(config, nodes: list[Node], silent: list[str]) -> list[Check]:
         "`pip install -c requirements/gpu.txt -e .` (docs/reproduce.md, section 1)",
     ))
 
-    needed = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+    needed = _count(config.trainer.get("nnodes")) * _count(config.trainer.get("n_gpus_per_node"))
     registered = sum(n.ray_gpus or 0 for n in nodes)
     gpu_problems = []
     if registered < needed:
@@ -282,6 +325,8 @@ def evaluate(config, nodes: list[Node], silent: list[str]) -> list[Check]:
 
     bad = [f"{n.name}: {why}" for n in answered for why in n.report.get("data", {}).values() if why]
     files = probe_request(config)["data_files"]
+    if not bad:  # readable on every node: the driver (which reads them first) parses them
+        bad = [why for why in map(dataset_problem, files) if why]
     checks.append(Check(
         "data files", not bad, "; ".join(bad) if bad else f"{len(files)} file(s) readable on {where}",
         "run recipes/data/prepare_all.sh into the shared filesystem, or set TRAIN_FILE / TEST_FILE (data.train_files / data.val_files)",
@@ -336,7 +381,13 @@ def preflight_enabled(config) -> bool:
 # an absolute path: a console script resolves a relative one as a Python package (gtpo_verl.config is none)
 @hydra.main(config_path=str(Path(__file__).resolve().parents[1] / "config"), config_name="gtpo_trainer", version_base=None)
 def main(config) -> None:
-    run_preflight(config)
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        run_preflight(config)
+    except OmegaConfBaseException as err:  # a mandatory key left unset (`???`), a bad interpolation
+        print(f"gtpo-preflight: config error: {' '.join(str(err).split())}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

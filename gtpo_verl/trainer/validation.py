@@ -118,7 +118,8 @@ def check_training_config(config: Any) -> list[str]:
 
     from gtpo_verl.plugin.registry import check_registered
 
-    auto_set_device(config)
+    if str(select(config, "trainer.device", "cuda")) != "cpu":  # CPU mode is chosen, never detected (gtpo_verl/cpu)
+        auto_set_device(config)
     given = validate_gtpo_config(config)
     try:
         validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
