@@ -28,6 +28,7 @@ try:
     from gtpo_verl.plugin.estimators import ESTIMATORS, register_estimators
     from gtpo_verl.plugin.losses import LOSS_NAME, register_losses
     from gtpo_verl.plugin.transforms import TRANSFORM_KNOBS  # importing it registers the transforms
+    from gtpo_verl.plugin.vllm_auth import close_vllm_http_api
 
     register_estimators()
     register_losses()
@@ -35,6 +36,8 @@ except Exception:  # verl would hide this at DEBUG level
     logger.error("gtpo_verl: registering estimators/losses with verl failed", exc_info=True)
     raise
 
+
+close_vllm_http_api()  # verl's vLLM servers: their OpenAI routes need a key no one holds (plugin/vllm_auth.py)
 
 if os.environ.get("GTPO_VERL_CPU") == "1":  # opt-in CPU mode, inherited by every Ray worker
     from gtpo_verl.cpu import activate

@@ -58,6 +58,7 @@ def validate_gtpo_config(config: Any) -> list[str]:
         block_cls.from_config(config)
     _check_batch_shape(config, estimator, row)
     validate_audit_config(config)
+    _check_reward_model_http(config)
 
     transforms = validate_adv_transforms(config)
     declared = _declared_estimator_inputs(estimator) or ()
@@ -167,6 +168,29 @@ def _check_batch_shape(config: Any, estimator: str, row) -> None:
             f"responses of one prompt's group, and a group of one has nothing to compare (every advantage would be 0). "
             "Set actor_rollout_ref.rollout.n >= 2 (the papers sample 8-16).",
         )
+
+
+def _check_reward_model_http(config: Any) -> None:
+    """A generative reward model served by verl's vLLM over HTTP needs the API left open (plugin/vllm_auth.py)."""
+    import os
+
+    from gtpo_verl.plugin.config import to_dict
+    from gtpo_verl.plugin.vllm_auth import SWITCH
+
+    generative = bool(select(config, "reward.reward_model.enable", False)) and select(
+        config, "reward.custom_reward_function.path") is not None
+    if not generative or str(select(config, "reward.reward_model.rollout.name", "vllm")) != "vllm":
+        return
+    env_vars = to_dict(select(config, "ray_kwargs.ray_init.runtime_env.env_vars"), "ray_kwargs.ray_init.runtime_env.env_vars")
+    if str(env_vars.get(SWITCH, os.environ.get(SWITCH, ""))).lower() == "off":
+        return
+    raise ConfigError(
+        "reward.reward_model.enable",
+        "`reward.reward_model.enable=true` with a custom reward function: verl's reward loop calls the reward model's "
+        "vLLM server at /v1/chat/completions without an API key, and gtpo_verl gives every vLLM server a key no one "
+        f"holds (docs/reproduce.md, section 1). To serve it open on the node's address, set "
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{SWITCH}=off.",
+    )
 
 
 def validate_adv_transforms(config: Any) -> list:
