@@ -18,11 +18,9 @@ names ``entropy``, ``responses``, ``old_log_probs``, ``advantages``, ``returns``
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Optional
 
 import numpy as np
@@ -42,43 +40,17 @@ from gtpo_verl.plugin.extensions import (
     parse_adv_transforms,
 )
 from gtpo_verl.plugin.registry import check_registered
-from gtpo_verl.trainer.audit_dump import dump_audit_step, validate_audit_config
+from gtpo_verl.trainer.audit_dump import dump_audit_step
 from gtpo_verl.trainer.diagnostics import PREFIX, EntropyWatch, estimator_metrics, masked_token_mean
 from gtpo_verl.trainer.fields import padded, real_rows, response_mask_like
 from gtpo_verl.trainer.health import ALL_EQUAL_GROUPS_FRAC, HealthMonitor, all_equal_groups_frac
+from gtpo_verl.trainer.metrics_file import resumed_file_logger
 from gtpo_verl.trainer.settings import GTPOSettings
+from gtpo_verl.trainer.state import STATE_FILE, GTPOAlgorithmState, MissingAlgorithmState
 from gtpo_verl.trainer.validation_metrics import gtpo_validation_metrics
 from gtpo_verl.trainer.watchdog import install_generation_watchdog
 
 logger = logging.getLogger(__name__)
-
-STATE_FILE = "gtpo_state.json"
-
-
-@dataclass
-class GTPOAlgorithmState:
-    """Running state that must survive a resume (saved as ``global_step_N/gtpo_state.json``)."""
-
-    initial_entropy: Optional[float] = None  # ⟨H⟩_ini, Paper A's δ gate (measured before the first update)
-    entropy_watch: dict[str, Any] = field(default_factory=dict)
-
-    def save(self, folder: str) -> str:
-        os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, STATE_FILE)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(asdict(self), f, indent=1)
-        os.replace(tmp, path)  # atomic: a crash never leaves a half-written state
-        return path
-
-    @classmethod
-    def load(cls, folder: str) -> Optional["GTPOAlgorithmState"]:
-        path = os.path.join(folder, STATE_FILE)
-        if not os.path.exists(path):
-            return None
-        with open(path) as f:
-            return cls(**json.load(f))
-
 
 class GTPOTrainerMixin:
     """Mix into a verl V1 ``PPOTrainer`` subclass: ``type("GTPO" + Base.__name__, (GTPOTrainerMixin, Base), {})``."""
@@ -262,12 +234,25 @@ class GTPOTrainerMixin:
             folder = self._gtpo_checkpoint_folder()
             state = GTPOAlgorithmState.load(folder)
             if state is None:
-                logger.warning("gtpo: no %s in %s; algorithm state starts fresh", STATE_FILE, folder)
+                if not GTPOSettings.from_config(self.config).remeasure_on_resume:
+                    raise MissingAlgorithmState(
+                        f"gtpo: the checkpoint {folder} has no {STATE_FILE} (⟨H⟩_ini, the entropy watch): it was not "
+                        "saved through python -m gtpo_verl.main. Resuming would measure ⟨H⟩_ini again on the trained "
+                        "policy and move Paper A's gate. Set gtpo.remeasure_on_resume=true to accept that, or resume "
+                        "from a checkpoint gtpo_verl saved."
+                    )
+                logger.warning("gtpo: no %s in %s; gtpo.remeasure_on_resume=true: algorithm state starts fresh",
+                               STATE_FILE, folder)
             else:
                 self._gtpo_state = state
                 self.__dict__.pop("_gtpo_entropy_watch", None)
                 logger.info("gtpo: restored algorithm state from %s", folder)
         return result
+
+    def fit(self, *args, **kwargs):
+        # a resumed run appends to verl's metric file (verl's FileLogger truncates it), after a marker line
+        with resumed_file_logger(int(getattr(self, "global_steps", 0))):
+            return super().fit(*args, **kwargs)
 
 
 _MIXED: dict[type, type] = {}
@@ -311,7 +296,6 @@ def make_task_runner():
             import gtpo_verl.plugin.registry  # noqa: F401  (normally loaded by the plugin)
 
             check_registered()
-            validate_audit_config(config)
             if str(config.trainer.device) == "cpu":  # verl's 8/8/8 helper processes would starve a small machine
                 from gtpo_verl.cpu.workers import cap_worker_counts
 

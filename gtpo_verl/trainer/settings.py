@@ -91,6 +91,9 @@ class GTPOSettings(ConfigBlock):
     """``python -m gtpo_verl.main gtpo.dry_run=true``: run every start-up check training runs, then exit 0 before Ray starts."""
     diagnostics: bool = True
     """Compute the ``gtpo/*`` metrics each step (from tensors already at hand)."""
+    remeasure_on_resume: bool = False
+    """Resume from a checkpoint without ``gtpo_state.json`` (one not saved by gtpo_verl) by measuring ⟨H⟩_ini
+    again on the resumed policy and starting the entropy watch afresh; false refuses such a checkpoint."""
     entropy_warning: EntropyWarningConfig = field(default_factory=EntropyWarningConfig)
     """The entropy watch."""
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)

@@ -59,6 +59,7 @@ def validate_gtpo_config(config: Any) -> list[str]:
     _check_batch_shape(config, estimator, row)
     validate_audit_config(config)
     _check_reward_model_http(config)
+    _check_resume_state(config)
 
     transforms = validate_adv_transforms(config)
     declared = _declared_estimator_inputs(estimator) or ()
@@ -168,6 +169,46 @@ def _check_batch_shape(config: Any, estimator: str, row) -> None:
             f"responses of one prompt's group, and a group of one has nothing to compare (every advantage would be 0). "
             "Set actor_rollout_ref.rollout.n >= 2 (the papers sample 8-16).",
         )
+
+
+def resume_folder(config: Any):
+    """The checkpoint folder verl will resume from (its own rule for ``trainer.resume_mode``), or None."""
+    import os
+
+    mode = str(select(config, "trainer.resume_mode", "auto"))
+    if mode == "resume_path":
+        folder = select(config, "trainer.resume_from_path")
+    elif mode == "auto":
+        from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+        root = str(select(config, "trainer.default_local_dir", ""))
+        folder = find_latest_ckpt_path(root if os.path.isabs(root) else os.path.join(os.getcwd(), root)) if root else None
+    else:
+        return None
+    if folder is None:
+        return None
+    folder = str(folder)
+    return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
+
+
+def _check_resume_state(config: Any) -> None:
+    """A resume from a checkpoint gtpo_verl did not save (no ``gtpo_state.json``) is refused unless accepted."""
+    import os
+
+    from gtpo_verl.trainer.state import STATE_FILE
+
+    folder = resume_folder(config)
+    if folder is None or not os.path.isdir(folder) or os.path.exists(os.path.join(folder, STATE_FILE)):
+        return
+    if GTPOSettings.from_config(config).remeasure_on_resume:
+        return
+    raise ConfigError(
+        "gtpo.remeasure_on_resume",
+        f"trainer.resume_mode={select(config, 'trainer.resume_mode', 'auto')} resumes from {folder}, which has no "
+        f"{STATE_FILE} (⟨H⟩_ini, the entropy watch): it was not saved through python -m gtpo_verl.main, and resuming "
+        "would measure ⟨H⟩_ini again on the trained policy, moving Paper A's gate. Set gtpo.remeasure_on_resume=true "
+        "to accept that, or trainer.resume_mode=disable to start afresh.",
+    )
 
 
 def _check_reward_model_http(config: Any) -> None:

@@ -180,6 +180,30 @@ def test_state_survives_verl_checkpoint_and_resume_decides_identically(transfer_
     assert fresh.gtpo_state.initial_entropy != uninterrupted.gtpo_state.initial_entropy
 
 
+def test_resume_without_our_state_is_refused_unless_accepted(transfer_queue, tmp_path):
+    """The backstop in the trainer (the driver refuses first, tests/trainer/test_resume_on_cpu.py)."""
+    from verl.trainer.ppo.v1.trainer_base import build_checkpoint_callback
+
+    from gtpo_verl.trainer.state import STATE_FILE, MissingAlgorithmState
+
+    def trainer(*extra):
+        config = compose_config("algorithm.adv_estimator=gtpo_traj", "algorithm.gtpo_traj.preset=paper",
+                                f"trainer.default_local_dir={tmp_path}", "trainer.resume_mode=auto", *extra)
+        return make_trainer(config, actor_rollout_wg=GpuWorkerGroupStub(), train_dataloader=DataloaderStub(),
+                            checkpoint_callback=build_checkpoint_callback(config), use_critic=False, trainer_mode="sync")
+
+    saved = trainer()
+    saved.global_steps = 1
+    saved._compute_advantage(put_batch(transfer_queue, seed=5, prefix="ms")[0], {})
+    saved._save_checkpoint()
+    os.remove(tmp_path / "global_step_1" / STATE_FILE)  # as if saved by stock verl
+    with pytest.raises(MissingAlgorithmState, match="gtpo.remeasure_on_resume=true"):
+        trainer()._load_checkpoint()
+    accepted = trainer("gtpo.remeasure_on_resume=true")
+    accepted._load_checkpoint()
+    assert accepted.global_steps == 1 and accepted.gtpo_state.initial_entropy is None  # measured again on use
+
+
 def test_trainer_substitution_keeps_every_mode_and_restores_the_registry():
     from verl.trainer.ppo.v1 import trainer_base
 
