@@ -8,6 +8,13 @@ Writes OUT/summary.json (per run: steps, final metrics incl. every gtpo/ metric,
 step, start-up time; for the DAPO runs the groups dynamic sampling evicted) and OUT/curves.png (reward, entropy, response length per run), prints a
 table, and exits non-zero if a run fails, a metric is NaN, an expected gtpo/ metric is
 missing, or a DAPO run evicted no group (CI relies on that).
+
+Two runs are interrupted for real and relaunched with ``trainer.resume_mode=auto`` (``DRILLS``):
+GTPO_TRAJ is killed with SIGKILL two steps after a checkpoint; DAPO_TOKEN's scoring is held until
+the generation watchdog ends the run with exit status 3. Each must then finish with no step
+skipped, the steps after the checkpoint trained again (their first attempt superseded in the
+metric file, which the relaunch appends to), and the algorithm state (⟨H⟩_ini, the entropy
+watch) restored bit for bit; the summary records each drill's checks.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +33,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from task import write_parquet  # noqa: E402
+from task import STALL_FILE_ENV, write_parquet  # noqa: E402
+
+from gtpo_verl.trainer.metrics_file import RESUMED_FROM, read_metrics_file  # noqa: E402
 
 # DAPO's knobs (verl-recipe dapo/run_dapo_qwen2.5_32b.sh) at toy scale, shared by the DAPO runs
 DAPO = [
@@ -73,7 +83,12 @@ EXPECTED_GTPO = {
         "gtpo/entropy/initial",
     ],
 }
-RESUMED = ("GTPO_TRAJ",)  # the run whose algorithm state (⟨H⟩_ini) a resume must restore
+# Runs interrupted after a checkpoint and relaunched: how (a SIGKILL of the driver's process group, or the
+# watchdog's exit 3 while scoring is held), and the checkpoint interval. GTPO_TRAJ carries ⟨H⟩_ini.
+DRILLS = {"GTPO_TRAJ": "sigkill", "DAPO_TOKEN": "watchdog"}
+DRILL_SAVE_FREQ = 4
+DRILL_STOP_AFTER = 6  # the interruption comes once this step is logged: steps 5..6 are trained twice
+DRILL_WATCHDOG_S = 45  # generation_timeout_s of the watchdog drill: above any quiet moment of a CPU step
 CURVES = {"critic/score/mean": "reward", "actor/entropy": "entropy", "response_length/mean": "response length"}
 
 
@@ -107,23 +122,95 @@ def common_overrides(args, data_dir: str, model_dir: str, steps: int) -> list[st
     ]
 
 
-def launch(name: str, overrides: list[str], log_path: str, metrics_path: str, timeout: int) -> tuple[int, float]:
-    env = dict(os.environ, VERL_FILE_LOGGER_PATH=metrics_path, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+def launch(name: str, overrides: list[str], log_path: str, metrics_path: str, timeout: int,
+           watch=None, extra_env=None) -> tuple[int, float]:
+    """Run one ``python -m gtpo_verl.main``; ``watch(proc)`` is called every second while it runs."""
+    env = dict(os.environ, VERL_FILE_LOGGER_PATH=metrics_path, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false",
+               **(extra_env or {}))
     cmd = [sys.executable, "-m", "gtpo_verl.main", "--config-name", "gtpo_trainer_cpu", *overrides]
     start = time.time()
-    with open(log_path, "w") as log:
+    with open(log_path, "a") as log:
         log.write(" ".join(cmd) + "\n")
         log.flush()
-        # its own session: on a timeout the driver and the local Ray cluster it started go together
-        # (not `ray stop`, which would also stop other Ray clusters on the machine)
+        # its own session: on a timeout (or a drill's kill) the driver and the local Ray cluster it started
+        # go together (not `ray stop`, which would also stop other Ray clusters on the machine)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        while proc.poll() is None and time.time() - start < timeout:
+            if watch is not None:
+                watch(proc)
+            time.sleep(1.0)
+        if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            rc = 124
+            return 124, time.time() - start
+        rc = proc.returncode
+    if rc < 0:  # killed by a drill: its local Ray cluster goes too
+        _kill_group(proc.pid)
     return rc, time.time() - start
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def last_training_step(metrics_path: str) -> int:
+    """The newest training step logged in ``metrics_path`` (0 before the first)."""
+    step = 0
+    if os.path.exists(metrics_path):
+        for line in open(metrics_path):
+            if line.strip():
+                row = json.loads(line)
+                if "timing_s/step" in row["data"]:
+                    step = max(step, int(row["step"]))
+    return step
+
+
+def drill_watch(kind: str, metrics_path: str, stall_file: str):
+    """Interrupt the launch once step DRILL_STOP_AFTER is logged (checkpoint DRILL_SAVE_FREQ is then on disk)."""
+    def watch(proc):
+        if last_training_step(metrics_path) < DRILL_STOP_AFTER:
+            return
+        if kind == "sigkill":
+            _kill_group(proc.pid)
+        elif not os.path.exists(stall_file):
+            open(stall_file, "w").close()  # scoring now waits: the watchdog must end the run
+    return watch
+
+
+def check_drill(kind: str, launches: list[dict], metrics_path: str, steps: int, log_path: str) -> dict:
+    """What a relaunch after an interruption must show: no step skipped, the repeats marked, the state restored."""
+    lines = [json.loads(line) for line in open(metrics_path) if line.strip()] if os.path.exists(metrics_path) else []
+    markers = [i for i, row in enumerate(lines) if RESUMED_FROM in row["data"]]
+    first = [row for row in lines[: markers[0]]] if markers else lines
+    second = lines[markers[0] + 1:] if markers else []
+    by_step = lambda rows: {r["step"]: r["data"] for r in rows if "timing_s/step" in r["data"]}  # noqa: E731
+    before, after = by_step(first), by_step(second)
+    log = read_metrics_file(metrics_path)
+    trained = sorted(k for k, v in log.steps.items() if "timing_s/step" in v)
+    resumed_from = lines[markers[0]]["data"][RESUMED_FROM] if markers else None
+    checks = {
+        "interrupted": launches[0]["returncode"] == (-signal.SIGKILL if kind == "sigkill" else 3),
+        "resumed_from_checkpoint": resumed_from == DRILL_SAVE_FREQ and min(after, default=0) == DRILL_SAVE_FREQ + 1,
+        "no_step_skipped": trained == list(range(1, steps + 1)),
+        "repeats_marked": log.repeated_steps == sorted(set(before) & set(after)) and bool(log.repeated_steps),
+    }
+    if kind == "watchdog":
+        checks["watchdog_message"] = "generation made no progress for" in open(log_path).read()
+    # the entropy watch continues from the checkpoint: its EMA at the first resumed step, recomputed from the
+    # checkpointed step's baseline with the watch's own arithmetic, equals what the resumed run logged
+    k = DRILL_SAVE_FREQ
+    if k in before and k + 1 in after:
+        momentum = 0.9  # gtpo.entropy_warning.momentum (default)
+        expected = momentum * before[k]["gtpo/entropy/baseline"] + (1 - momentum) * after[k + 1]["gtpo/entropy/batch_mean"]
+        checks["entropy_watch_restored"] = after[k + 1]["gtpo/entropy/baseline"] == expected
+        checks["entropy_warnings_continue"] = after[k + 1]["gtpo/entropy/warnings_total"] >= before[k]["gtpo/entropy/warnings_total"]
+    initial = {v["gtpo/entropy/initial"] for v in (*before.values(), *after.values()) if "gtpo/entropy/initial" in v}
+    if initial:
+        checks["initial_entropy_restored"] = len(initial) == 1  # bit for bit: one value over both attempts
+    return {"kind": kind, "repeated_steps": log.repeated_steps, "resumed_from_step": resumed_from, "checks": checks}
 
 
 def prepare_task(out: str) -> tuple[str, str]:
@@ -134,16 +221,6 @@ def prepare_task(out: str) -> tuple[str, str]:
     if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
         subprocess.run([sys.executable, os.path.join(HERE, "build_model.py"), model_dir], check=True)
     return data_dir, model_dir
-
-
-def read_metrics(paths: list[str]) -> list[dict]:
-    steps: dict[int, dict] = {}
-    for path in paths:
-        if os.path.exists(path):
-            for line in open(path):
-                row = json.loads(line)
-                steps.setdefault(row["step"], {}).update(row["data"])
-    return [dict(step=k, **v) for k, v in sorted(steps.items())]
 
 
 def finite(value) -> bool:
@@ -192,29 +269,36 @@ def main() -> int:
     for run in args.runs.split(","):
         run_dir = os.path.join(out, run)
         os.makedirs(run_dir, exist_ok=True)
-        resume = run in RESUMED
-        first_steps = args.steps - 2 if resume else args.steps
-        base = common_overrides(args, data_dir, model_dir, first_steps) + RUNS[run] + [
+        drill = DRILLS.get(run)
+        overrides = common_overrides(args, data_dir, model_dir, args.steps) + RUNS[run] + [
             f"trainer.experiment_name={run}",
             f"trainer.default_local_dir={run_dir}/checkpoints",
-            f"trainer.save_freq={first_steps if resume else -1}",
-        ] + args.set
-        launches = [("train", base)]
-        if resume:  # relaunch: verl resumes from the checkpoint (and our state) and runs the rest
-            launches.append(("resume", [o for o in base if not o.startswith(("trainer.total_training_steps", "trainer.test_freq"))]
-                             + [f"trainer.total_training_steps={args.steps}", f"trainer.test_freq={args.steps}"]))
+            f"trainer.save_freq={DRILL_SAVE_FREQ if drill else -1}",
+        ] + (["gtpo.watchdog.generation_timeout_s=%d" % DRILL_WATCHDOG_S] if drill == "watchdog" else []) + args.set
+        metrics_path, log_path = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "train.log")
+        stall_file = os.path.join(run_dir, "STALL")
+        for stale in (metrics_path, log_path, stall_file):  # a fresh run: nothing from an earlier demo
+            if os.path.exists(stale):
+                os.remove(stale)
+        shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
         record = {"launches": []}
-        metric_paths = []
-        for label, overrides in launches:
-            metrics_path = os.path.join(run_dir, f"metrics_{label}.jsonl")
-            metric_paths.append(metrics_path)
-            rc, wall = launch(run, overrides, os.path.join(run_dir, f"{label}.log"), metrics_path, args.timeout)
+        # a drill's first launch is interrupted; the relaunch (same overrides, resume_mode=auto) resumes
+        for label in ("interrupted", "resumed") if drill else ("train",):
+            watch = drill_watch(drill, metrics_path, stall_file) if label == "interrupted" else None
+            extra_env = {STALL_FILE_ENV: stall_file} if drill == "watchdog" else None
+            if os.path.exists(stall_file):
+                os.remove(stall_file)
+            rc, wall = launch(run, overrides, log_path, metrics_path, args.timeout, watch=watch, extra_env=extra_env)
             record["launches"].append({"label": label, "returncode": rc, "wall_s": round(wall, 1)})
-            if rc != 0:
-                failures.append(f"{run}/{label}: exit code {rc} (see {run_dir}/{label}.log)")
+            if rc != 0 and label != "interrupted":
+                failures.append(f"{run}/{label}: exit code {rc} (see {log_path})")
                 break
-        rows = read_metrics(metric_paths)
+        metrics = read_metrics_file(metrics_path)
+        rows = metrics.rows()
         history[run] = rows
+        if drill:
+            record["drill"] = check_drill(drill, record["launches"], metrics_path, args.steps, log_path)
+            failures += [f"{run}: {drill} drill check {name} failed" for name, ok in record["drill"]["checks"].items() if not ok]
         train_rows = [r for r in rows if "timing_s/step" in r]
         step_times = [r["timing_s/step"] for r in train_rows]
         final = train_rows[-1] if train_rows else {}
@@ -235,12 +319,13 @@ def main() -> int:
             if train_rows and not sum(evicted):
                 failures.append(f"{run}: dynamic sampling evicted no group in {len(train_rows)} steps")
         record["startup_s"] = round(record["wall_s"] - sum(step_times), 1) if step_times else None
+        record["repeated_steps"] = metrics.repeated_steps
         bad = [f"{run}: step {r['step']} {k}={v}" for r in rows for k, v in r.items() if not finite(v)]
         failures += bad
         missing = [k for k in EXPECTED_GTPO[run] if not all(k in r for r in train_rows)]
         if train_rows and missing:
             failures.append(f"{run}: gtpo metrics missing in some step: {missing}")
-        if record["steps_completed"] < args.steps and not any(x["returncode"] for x in record["launches"]):
+        if record["steps_completed"] < args.steps and not any(x["returncode"] for x in record["launches"][1 if drill else 0:]):
             failures.append(f"{run}: {record['steps_completed']} of {args.steps} steps")
         summary[run] = record
 

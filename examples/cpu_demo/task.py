@@ -16,8 +16,11 @@ from __future__ import annotations
 import os
 import random
 import re
+import time
 
 DATA_SOURCE = "gtpo_cpu_demo/even_digit"
+# the demo's watchdog drill: while the file this names exists, scoring waits, so generation stalls
+STALL_FILE_ENV = "GTPO_DEMO_STALL_FILE"
 # the tags are single tokens of the demo tokenizer, so a response is ~8 tokens long
 TAGS = ("<reasoning>", "</reasoning>", "<answer>", "</answer>")
 INSTRUCTION = "Think between <reasoning> and </reasoning>, then give an even digit between <answer> and </answer>."
@@ -59,8 +62,15 @@ def _parse(solution_str: str):
     return None if match is None else int(match.group(2))
 
 
+def _wait_while_stalled() -> None:
+    stall_file = os.environ.get(STALL_FILE_ENV)
+    while stall_file and os.path.exists(stall_file):
+        time.sleep(1.0)
+
+
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
     """Binary outcome: 1.0 for a well-formed even answer, else 0.0 (``acc`` for dynamic sampling)."""
+    _wait_while_stalled()
     digit = _parse(solution_str)
     correct = digit is not None and digit % 2 == 0
     return {"score": float(correct), "acc": float(correct)}
