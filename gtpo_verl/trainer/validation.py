@@ -20,6 +20,7 @@ from gtpo_verl.plugin.estimators import ALGORITHM_BLOCKS, ESTIMATORS
 from gtpo_verl.plugin.losses import LOSS_AGG_MODE, LOSS_NAME
 from gtpo_verl.trainer.audit_dump import validate_audit_config
 from gtpo_verl.trainer.settings import GTPOSettings
+from gtpo_verl.trainer.verl_keys import check_verl_keys
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ def validate_gtpo_config(config: Any) -> list[str]:
     row = ESTIMATORS.get(estimator)
 
     _check_registered_names(estimator, loss_mode)
+    check_verl_keys(config)
     use_v1 = select(config, "trainer.use_v1", True)
     if use_v1 is not True:
         raise ConfigError(
@@ -182,7 +184,10 @@ def resume_folder(config: Any):
         from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
         root = str(select(config, "trainer.default_local_dir", ""))
-        folder = find_latest_ckpt_path(root if os.path.isabs(root) else os.path.join(os.getcwd(), root)) if root else None
+        root = root if os.path.isabs(root) else os.path.join(os.getcwd(), root)
+        if not os.path.exists(os.path.join(root, "latest_checkpointed_iteration.txt")):
+            return None  # a fresh start (verl's lookup would print that it found no tracker file)
+        folder = find_latest_ckpt_path(root)
     else:
         return None
     if folder is None:

@@ -9,6 +9,7 @@ holds ``KEYS`` to the blocks' fields, so a new field cannot go unlisted.
 from __future__ import annotations
 
 BASE = (
+    "algorithm.adv_estimator=grpo",  # a valid config on its own (verl's default, gae, needs a critic model)
     "actor_rollout_ref.rollout.n=4",
     "data.train_batch_size=4",
     "actor_rollout_ref.actor.ppo_mini_batch_size=4",
@@ -83,6 +84,7 @@ KEYS = {
     "gtpo.preflight": "bool",
     "gtpo.dry_run": "bool",
     "gtpo.diagnostics": "bool",
+    "gtpo.remeasure_on_resume": "bool",
     "gtpo.entropy_warning.ratio": "ratio_above_one",
     "gtpo.entropy_warning.fall_ratio": "ratio_above_one_or_null",
     "gtpo.entropy_warning.momentum": "momentum",
@@ -142,6 +144,29 @@ STRUCTURAL = [
     (("trainer.use_v1='true'",), "trainer.use_v1"),
     (("algorithm.adv_estimator=gtpo_token", "algorithm.rollout_correction.bypass_mode=true"),
      "algorithm.rollout_correction.bypass_mode"),
+    # verl's own keys: typed by its dataclasses (checked against their annotations) or read by the package
+    (("actor_rollout_ref.actor.clip_ratio_high=abc",), "actor_rollout_ref.actor.clip_ratio_high"),
+    (("actor_rollout_ref.actor.optim.lr='1e-6'",), "actor_rollout_ref.actor.optim.lr"),
+    (("actor_rollout_ref.actor.entropy_coeff=abc",), "actor_rollout_ref.actor.entropy_coeff"),
+    (("actor_rollout_ref.actor.loss_agg_mode=token_mean",), "actor_rollout_ref.actor.loss_agg_mode"),
+    (("actor_rollout_ref.actor.ppo_epochs=0",), "actor_rollout_ref.actor.ppo_epochs"),
+    (("actor_rollout_ref.rollout.temperature=0",), "actor_rollout_ref.rollout.temperature"),
+    (("actor_rollout_ref.rollout.temperature=-1",), "actor_rollout_ref.rollout.temperature"),
+    (("actor_rollout_ref.rollout.n=2.5",), "actor_rollout_ref.rollout.n"),
+    (("actor_rollout_ref.rollout.val_kwargs.n=0",), "actor_rollout_ref.rollout.val_kwargs.n"),
+    (("algorithm.filter_groups.enable='true'",), "algorithm.filter_groups.enable"),
+    (("algorithm.norm_adv_by_std_in_grpo='false'",), "algorithm.norm_adv_by_std_in_grpo"),
+    (("algorithm.use_kl_in_reward=no",), "algorithm.use_kl_in_reward"),
+    (("algorithm.gamma=abc",), "algorithm.gamma"),
+    (("trainer.total_training_steps=abc",), "trainer.total_training_steps"),
+    (("trainer.total_training_steps=-5",), "trainer.total_training_steps"),
+    (("trainer.total_epochs=0",), "trainer.total_epochs"),
+    (("trainer.save_freq=abc",), "trainer.save_freq"),
+    (("trainer.resume_mode=sometimes",), "trainer.resume_mode"),
+    (("trainer.logger=[consol]",), "trainer.logger"),
+    (("trainer.logger=[console,wandbb]",), "trainer.logger"),
+    (("data.max_response_length=0",), "data.max_response_length"),
+    (("data.max_prompt_length=abc",), "data.max_prompt_length"),
     # advantage transforms
     (("algorithm.adv_transforms=[{name:high_entropy_token}]",), "algorithm.adv_transforms[0].name"),
     (("algorithm.adv_transforms=[{rho:0.2}]",), "algorithm.adv_transforms[0]"),

@@ -42,6 +42,7 @@ def test_the_catalogue_lists_every_key_of_every_block():
 
 
 def test_the_base_config_is_valid(base):
+    check_training_config(base)
     for estimator in ("grpo", "gtpo_token", "grpo_s", "gtpo_traj"):
         check_training_config(with_overrides(base, f"algorithm.adv_estimator={estimator}"))
 
