@@ -144,8 +144,7 @@ def launch(name: str, overrides: list[str], log_path: str, metrics_path: str, ti
             proc.wait()
             return 124, time.time() - start
         rc = proc.returncode
-    if rc < 0:  # killed by a drill: its local Ray cluster goes too
-        _kill_group(proc.pid)
+    _kill_group(proc.pid)  # whatever the driver left of its local Ray cluster (a vLLM engine can outlive it)
     return rc, time.time() - start
 
 
