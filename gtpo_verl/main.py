@@ -21,9 +21,11 @@ def run(config) -> None:
     from gtpo_verl.plugin.registry import check_registered
     from gtpo_verl.tools.preflight import preflight_enabled, run_preflight
     from gtpo_verl.trainer.mixin import make_task_runner
+    from gtpo_verl.trainer.platform_guard import refuse_cpu_mode_on_gpu
     from gtpo_verl.trainer.validation import validate_gtpo_config
     from gtpo_verl.trainer.watchdog import exit_if_stalled
 
+    refuse_cpu_mode_on_gpu(config)  # GTPO_VERL_CPU / VERL_PLATFORM=cpu inherited by a GPU run
     if str(config.trainer.device) == "cpu":  # opt-in CPU mode (gtpo_verl/cpu), before Ray starts
         from gtpo_verl.cpu import activate
 
