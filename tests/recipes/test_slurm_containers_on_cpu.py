@@ -98,6 +98,10 @@ def test_pyxis_steps_of_a_node_share_one_named_container_created_first(stubs, tm
     assert kind == "cleanup" and node is None and "--nodes=3" in options
     (remove,) = [argv for tool, _, _, argv in calls if tool == "enroot"]
     assert remove[-2:] == [f"pyxis_{NAME}", f"pyxis_4242_{NAME}"] and remove[:2] == ["remove", "--force"]
+    # a job that stops early (here: the image's Ray has no token auth) removes them too
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=RECIPE,
+                             **slurm_env(tmp_path, CONTAINER_IMAGE=IMAGE, STUB_RAY_VERSION="2.49.1"))
+    assert proc.returncode == 1 and [argv[:2] for tool, _, _, argv in calls if tool == "enroot"] == [["remove", "--force"]]
 
 
 def test_apptainer_runs_ray_and_the_driver_in_the_image_with_the_host_tmp(stubs, tmp_path):
