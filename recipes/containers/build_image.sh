@@ -66,7 +66,7 @@ enroot)
     enroot export --output "${output}" "${container}"
     ;;
 apptainer)
-    cat >"${work}/gtpo_verl.def" <<DEF
+    cat >"${work}/image.def" <<DEF
 Bootstrap: docker
 From: ${BASE_IMAGE}
 
@@ -77,7 +77,7 @@ From: ${BASE_IMAGE}
     ${install[*]}
 DEF
     # shellcheck disable=SC2086  # APPTAINER_FLAGS holds several flags
-    apptainer build ${APPTAINER_FLAGS} "${output}" "${work}/gtpo_verl.def"
+    apptainer build ${APPTAINER_FLAGS} "${output}" "${work}/image.def"
     ;;
 docker)
     docker build --file "${HERE}/Dockerfile" --build-arg "BASE_IMAGE=${BASE_IMAGE}" --tag "${output}" "${work}/src"

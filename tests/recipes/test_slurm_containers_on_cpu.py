@@ -23,7 +23,7 @@ from support.paths import REPO_ROOT
 
 SLURM = "recipes/slurm/ray_on_slurm.sbatch"
 RECIPE = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
-IMAGE = "/shared/images/gtpo_verl.sqsh"
+IMAGE = "/shared/images/gtpo-verl.sqsh"
 MOUNTS = "/shared:/shared"
 NAME = "gtpo_verl_4242"  # the default container name: gtpo_verl_<job id>
 NODE_MEM_MB = SLURM_ENV["SLURM_MEM_PER_NODE"]
@@ -105,7 +105,7 @@ def test_pyxis_steps_of_a_node_share_one_named_container_created_first(stubs, tm
 
 
 def test_apptainer_runs_ray_and_the_driver_in_the_image_with_the_host_tmp(stubs, tmp_path):
-    image = "/shared/images/gtpo_verl.sif"
+    image = "/shared/images/gtpo-verl.sif"
     proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=RECIPE,
                              **slurm_env(tmp_path, APPTAINER_IMAGE=image, CONTAINER_MOUNTS=MOUNTS))
     assert proc.returncode == 0, proc.stderr
