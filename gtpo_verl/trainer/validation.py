@@ -121,7 +121,9 @@ def check_training_config(config: Any) -> list[str]:
     from verl.utils.device import auto_set_device
 
     from gtpo_verl.plugin.registry import check_registered
+    from gtpo_verl.trainer.platform_guard import refuse_cpu_mode_on_gpu
 
+    refuse_cpu_mode_on_gpu(config)  # GTPO_VERL_CPU / VERL_PLATFORM=cpu inherited by a GPU run
     if str(select(config, "trainer.device", "cuda")) != "cpu":  # CPU mode is chosen, never detected (gtpo_verl/cpu)
         auto_set_device(config)
     given = validate_gtpo_config(config)

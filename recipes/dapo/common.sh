@@ -17,7 +17,10 @@
 #     in train-batch units);
 #   - gradient clipping is `actor.optim.clip_grad` (0.9.1's engine ignores `actor.grad_clip`),
 #     sequence parallelism `actor.fsdp_config.ulysses_sequence_parallel_size` (the actor-level key is
-#     deprecated); no reference-model keys: without KL no reference model is built.
+#     deprecated); no reference-model keys: without KL no reference model is built;
+#   - the actor runs FSDP2 (`actor.strategy=fsdp2`) instead of verl's default FSDP1: the strategy every
+#     CPU test and demo of this project runs (FSDP1 cannot start without a GPU), so the CPU path
+#     exercises what the recipes run; verl marks FSDP2 as its next default.
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../launch.sh
@@ -125,6 +128,7 @@ dapo_main() {
         actor_rollout_ref.actor.ppo_mini_batch_size="${train_prompt_mini_bsz}" \
         actor_rollout_ref.actor.ppo_epochs=1 \
         actor_rollout_ref.actor.entropy_coeff="${entropy_coeff}" \
+        actor_rollout_ref.actor.strategy=fsdp2 \
         actor_rollout_ref.actor.fsdp_config.param_offload="${offload}" \
         actor_rollout_ref.actor.fsdp_config.optimizer_offload="${offload}" \
         actor_rollout_ref.actor.fsdp_config.fsdp_size=-1 \

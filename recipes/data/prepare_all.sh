@@ -29,9 +29,10 @@ mapfile -t dapo_in < <(input_args "${DAPO_INPUT}")
 mapfile -t aime_in < <(input_args "${AIME_INPUT}")
 mapfile -t gsm8k_in < <(input_args "${GSM8K_INPUT}")
 mapfile -t math_in < <(input_args "${MATH_INPUT}")
+# empty without a local copy: bash < 4.4 calls an empty array unbound under `set -u`, hence ${a[@]+"${a[@]}"}
 
-"${PYTHON}" "${HERE}/prepare_dapo_math.py" "${dapo_in[@]}" --output "${OUT}/dapo-math-17k.parquet"
-"${PYTHON}" "${HERE}/prepare_aime2024.py" "${aime_in[@]}" --output "${OUT}/aime-2024-dedup.parquet"
-"${PYTHON}" "${HERE}/prepare_aime2024.py" "${aime_in[@]}" --template reasoning --output "${OUT}/aime-2024-reasoning.parquet"
-"${PYTHON}" "${HERE}/prepare_gsm8k.py" "${gsm8k_in[@]}" --output-dir "${OUT}/gsm8k_reasoning"
-"${PYTHON}" "${HERE}/prepare_math.py" "${math_in[@]}" --output-dir "${OUT}/math_reasoning"
+"${PYTHON}" "${HERE}/prepare_dapo_math.py" ${dapo_in[@]+"${dapo_in[@]}"} --output "${OUT}/dapo-math-17k.parquet"
+"${PYTHON}" "${HERE}/prepare_aime2024.py" ${aime_in[@]+"${aime_in[@]}"} --output "${OUT}/aime-2024-dedup.parquet"
+"${PYTHON}" "${HERE}/prepare_aime2024.py" ${aime_in[@]+"${aime_in[@]}"} --template reasoning --output "${OUT}/aime-2024-reasoning.parquet"
+"${PYTHON}" "${HERE}/prepare_gsm8k.py" ${gsm8k_in[@]+"${gsm8k_in[@]}"} --output-dir "${OUT}/gsm8k_reasoning"
+"${PYTHON}" "${HERE}/prepare_math.py" ${math_in[@]+"${math_in[@]}"} --output-dir "${OUT}/math_reasoning"

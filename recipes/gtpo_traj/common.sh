@@ -59,6 +59,7 @@ seed=${SEED:-3407}
 val_n=${VAL_N:-8}                                # pass@k / maj@k up to k = VAL_N (the paper: 32)
 
 # ---- cluster, logging, performance ----
+# The actor runs FSDP2 (actor.strategy=fsdp2), the strategy the CPU tests and demos run (docs/reproduce.md).
 NNODES=${NNODES:-1}
 # TransferQueue storage units: verl asks for at least 2 per node (its default, 8, is 4 nodes' worth)
 tq_storage_units=${TQ_STORAGE_UNITS:-$((2 * NNODES > 8 ? 2 * NNODES : 8))}
@@ -107,6 +108,7 @@ paper_a_main() {
         actor_rollout_ref.actor.use_dynamic_bsz=True \
         actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True \
         actor_rollout_ref.actor.ppo_max_token_len_per_gpu="${max_token_len}" \
+        actor_rollout_ref.actor.strategy=fsdp2 \
         actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu="${max_token_len}" \
         actor_rollout_ref.rollout.name=vllm \
         actor_rollout_ref.rollout.tensor_model_parallel_size="${gen_tp}" \

@@ -8,7 +8,8 @@ are handed to child processes through the environment, never through a command l
 
 import pytest
 
-from support.recipes import ROOT, make_stubs, run_script, slurm_env
+from support.launchers import make_stub_bin, run_script, slurm_env
+from support.paths import REPO_ROOT as ROOT
 
 TOKEN = "f00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeed"
 SECRETS = {"RAY_AUTH_TOKEN": TOKEN, "WANDB_API_KEY": "wandbkey" + "0" * 32, "HF_TOKEN": "hf_" + "x" * 34}
@@ -18,7 +19,7 @@ SOURCED = {"recipes/launch.sh", "recipes/dapo/common.sh", "recipes/gtpo_traj/com
 
 @pytest.fixture(scope="module")
 def stubs(tmp_path_factory):
-    return make_stubs(tmp_path_factory.mktemp("stub_bin"))
+    return make_stub_bin(tmp_path_factory.mktemp("stub_bin"))
 
 
 def _assert_clean(proc):

@@ -29,10 +29,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from support.hydra import compose_gtpo
+from support.launchers import HOME, RAY_STATUS_24_GPUS, auth_log, make_stub_bin, read_calls, run_script, slurm_env
 from support.paths import REPO_ROOT
-from support.recipes import (
-    HOME, RAY_STATUS_24_GPUS, SLURM_ENV, auth_log, make_stubs, read_calls, run_script, slurm_env,
-)
 
 # verl warns that GRPO-style estimators run without a critic: expected for every recipe here
 pytestmark = pytest.mark.filterwarnings("ignore:Disabled critic:UserWarning")
@@ -57,6 +55,7 @@ TRAINING_RECIPES = sorted({**DAPO, **PAPER_A})
 LIBRARIES = {"recipes/launch.sh", "recipes/dapo/common.sh", "recipes/gtpo_traj/common.sh"}  # sourced by the above
 SLURM = "recipes/slurm/ray_on_slurm.sbatch"  # runs a training recipe: test_slurm_launch
 DATA_SCRIPTS = {"recipes/data/prepare_all.sh"}  # runs recipes/data/*.py: tests/recipes/test_data_prep_on_cpu.py
+CONTAINER_SCRIPTS = {"recipes/containers/build_image.sh", "recipes/containers/install_into_image.sh"}  # test_container_image_on_cpu.py
 
 # Files recipes/data/prepare_all.sh writes under $RAY_DATA_HOME/data (tests/recipes/test_data_prep_on_cpu.py).
 PREPARED = {
@@ -89,7 +88,7 @@ DEAD_KEYS = {
 
 @pytest.fixture(scope="module")
 def stubs(tmp_path_factory):
-    return make_stubs(tmp_path_factory.mktemp("stub_bin"))
+    return make_stub_bin(tmp_path_factory.mktemp("stub_bin"))
 
 
 def launched_overrides(calls):
@@ -146,7 +145,7 @@ def composed(launched, script):
 
 def test_every_script_under_recipes_is_covered():
     shell = {str(p.relative_to(ROOT)) for p in RECIPES_DIR.rglob("*") if p.suffix in (".sh", ".sbatch")}
-    covered = set(TRAINING_RECIPES) | LIBRARIES | {SLURM} | DATA_SCRIPTS
+    covered = set(TRAINING_RECIPES) | LIBRARIES | {SLURM} | DATA_SCRIPTS | CONTAINER_SCRIPTS
     assert shell == covered, f"not covered by a test: {sorted(shell - covered)}; gone: {sorted(covered - shell)}"
     assert set(map(str, (p.relative_to(ROOT) for p in RECIPES_DIR.glob("*/run_*.sh")))) == set(TRAINING_RECIPES)
     prepare_all = (RECIPES_DIR / "data" / "prepare_all.sh").read_text()
@@ -420,7 +419,8 @@ def test_slurm_launch(stubs, tmp_path, launched):
     proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path))
     assert proc.returncode == 0, proc.stderr
     ray_starts = sorted(argv for tool, _, _, argv in calls if tool == "ray" and argv[0] == "start")
-    resources = ["--num-cpus=64", "--num-gpus=8", f"--memory={1024 * 1024 * 1024}"]  # the node's CPUs and memory
+    ray_mem_mb = 1048576 - 16384  # the node's memory less BESIDE_MEM_MB for the steps beside `ray start`
+    resources = ["--num-cpus=64", "--num-gpus=8", f"--memory={ray_mem_mb * 1024 * 1024}"]  # the node's CPUs and memory
     assert ray_starts == [
         ["start", "--address=10.1.2.3:6379", *resources, "--block"],
         ["start", "--address=10.1.2.3:6379", *resources, "--block"],
@@ -435,9 +435,9 @@ def test_slurm_launch(stubs, tmp_path, launched):
     ]
     for tool, _, _, argv in calls:
         if tool == "srun" and argv[argv.index("-w") + 2:][:2] == ["ray", "start"]:  # the node's CPUs, not srun's one
-            assert "--cpus-per-task=64" in argv and "--mem=0" in argv and "--overlap" not in argv
+            assert "--cpus-per-task=64" in argv and f"--mem={ray_mem_mb}M" in argv and "--overlap" not in argv
         elif tool == "srun" and argv[argv.index("-w") + 2] in ("ray", "bash"):  # beside the running `ray start`
-            assert "--overlap" in argv and "--cpus-per-task=64" not in argv
+            assert "--overlap" in argv and "--cpus-per-task=64" not in argv and "--mem=16384M" in argv and "--gres=none" in argv
     # workers start only once the head answers; the driver only once `ray status` shows every GPU
     order = [(tool, argv[0], "--head" in argv) for tool, _, _, argv in calls if tool in ("ray", "python3")]
     head_start, first_status = order.index(("ray", "start", True)), order.index(("ray", "status", False))
@@ -505,52 +505,6 @@ def test_slurm_token_reaches_every_ray_process_and_the_driver(stubs, tmp_path):
     proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path, STUB_RAY_VERSION="2.49.1"))
     assert proc.returncode == 1 and "Ray 2.49.1 on node01 has no token authentication" in proc.stderr
     assert not [argv for tool, _, _, argv in calls if tool == "ray" and argv[0] == "start"]
-
-
-@pytest.mark.parametrize("kind", ["pyxis", "apptainer"])
-def test_slurm_runs_ray_and_the_driver_in_the_container(kind, stubs, tmp_path):
-    recipe = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
-    mounts = "/shared:/shared"
-    image = {"pyxis": {"CONTAINER_IMAGE": "verlai/verl:vllm024.dev2"}, "apptainer": {"APPTAINER_IMAGE": "/shared/verl.sif"}}[kind]
-    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path, CONTAINER_MOUNTS=mounts, **image))
-    assert proc.returncode == 0, proc.stderr
-    steps = [argv for tool, _, _, argv in calls if tool == "srun"]
-    for argv in steps:
-        command = argv[argv.index("-w") + 2:]
-        while command[0].startswith("--container-"):
-            command = command[1:]
-        if kind == "pyxis":
-            in_image = f"--container-image={image['CONTAINER_IMAGE']}" in argv and f"--container-mounts={mounts}" in argv
-        else:
-            in_image = command[:5] == ["apptainer", "exec", "--nv", "--bind", mounts]
-            if in_image:
-                command = command[command.index(image["APPTAINER_IMAGE"]) + 1:]
-        assert in_image == (command[0] in ("ray", "bash")), argv  # Ray and the driver in the image, hostname on the host
-    if kind == "apptainer":
-        images = {argv[argv.index("--pwd") + 2] for tool, _, _, argv in calls if tool == "apptainer"}
-        assert images == {"/shared/verl.sif"}
-    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe,
-                             **slurm_env(tmp_path, CONTAINER_IMAGE="a", APPTAINER_IMAGE="b"))
-    assert proc.returncode == 1 and "not both" in proc.stderr and not [c for c in calls if c[0] == "srun"]
-
-
-def test_slurm_requeues_when_the_watchdog_ends_the_run(stubs, tmp_path):
-    recipe = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
-    text = (ROOT / SLURM).read_text()
-    assert "#SBATCH --requeue" in text and "#SBATCH --open-mode=append" in text  # the log survives a requeue
-    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path, STUB_PYTHON_EXIT=3))
-    assert proc.returncode == 3 and "requeueing job 4242 (restart 1 of 3)" in proc.stderr
-    assert [argv for tool, _, _, argv in calls if tool == "scontrol" and argv[0] == "requeue"] == [["requeue", "4242"]]
-    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe,
-                             **slurm_env(tmp_path, STUB_PYTHON_EXIT=3, SLURM_RESTART_COUNT=3))
-    assert proc.returncode == 3 and "not requeued" in proc.stderr
-    assert not [argv for tool, _, _, argv in calls if tool == "scontrol" and argv[0] == "requeue"]
-    for status in (0, 1):  # success and other failures are not requeued
-        proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path, STUB_PYTHON_EXIT=status))
-        assert proc.returncode == status
-        assert not [argv for tool, _, _, argv in calls if tool == "scontrol" and argv[0] == "requeue"]
-    # the recipes resume from the newest checkpoint on the requeued start
-    assert "trainer.resume_mode=auto" in (ROOT / "recipes/dapo/common.sh").read_text()
 
 
 def test_slurm_head_address_is_ipv4_not_loopback(stubs, tmp_path):

@@ -1,9 +1,10 @@
-"""Shadowed launchers for running the recipes as a cluster would, with nothing real started.
+"""Shadowed launchers for running the recipes' shell scripts here: stub ``ray``, ``python3``, ``srun``,
+``scontrol``, ``apptainer``, ``enroot``, ``docker`` … first on PATH record their argv (and, with
+``STUB_ENV_LOG``, the Ray auth settings they saw), then act as the real tool would for the script
+(``srun`` runs its command, ``apptainer exec`` its command, ``ray start --block`` stays up).
 
-``STUBS`` are executables put first on PATH (``make_stubs``): ``ray``, ``python3``, ``srun``,
-``scontrol``, … record their argv (and, with ``STUB_ENV_LOG``, the Ray auth settings they saw) and
-do what the scripts need of them. ``run_script`` runs a script with them; ``read_calls`` returns
-what was called, in order.
+Stand-ins for what cannot run here (Slurm, GPUs, container runtimes); the scripts themselves run
+for real, in bash, so every ``${VAR:-default}`` and ``$((…))`` expands as on a cluster.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 
 from support.paths import REPO_ROOT
 
-ROOT = REPO_ROOT
 HOME = "/cluster/home"  # the recipes' paths default under $HOME/verl
 
 STUB = r"""#!/usr/bin/env bash
@@ -44,7 +44,12 @@ esac
 """,
     "sbatch": STUB,
     "sleep": STUB,
-    "scontrol": STUB + 'if [[ "${1-}" == show ]]; then printf "%s\\n" ${STUB_HOSTS}; fi\n',
+    # scontrol show hostnames: the nodes; scontrol show job -d: STUB_SCONTROL_JOB (per-node Mem= lines)
+    "scontrol": STUB + r"""case "${1-} ${2-}" in
+"show hostnames") printf "%s\n" ${STUB_HOSTS} ;;
+"show job") printf "%b" "${STUB_SCONTROL_JOB-}" ;;
+esac
+""",
     "hostname": STUB + 'echo "${STUB_IPS:-10.1.2.3 172.17.0.1}"\n',
     # srun: record, drop srun's own options, run the rest (as srun would on the chosen node)
     "srun": STUB
@@ -53,9 +58,11 @@ esac
 done
 exec "$@"
 """,
-    # apptainer exec [options] IMAGE COMMAND...: record, run COMMAND (as it would in the image)
+    # apptainer exec [options] IMAGE COMMAND...: record, run COMMAND (as it would in the image);
+    # apptainer build … DEF: record, keep DEF next to the records
     "apptainer": STUB
-    + r"""shift  # exec
+    + r"""if [[ "${1-}" == build ]]; then cp "${!#}" "${STUB_LOG_DIR}.def"; exit 0; fi  # the definition file, kept
+shift  # exec
 while (($#)); do
     case "$1" in --bind | --pwd) shift 2 ;; -*) shift ;; *) shift; break ;; esac
 done
@@ -63,10 +70,11 @@ exec "$@"
 """,
 }
 
+# container runtimes for the image build (recipes/containers/build_image.sh): record, succeed
+STUBS.update({name: STUB for name in ("enroot", "docker")})
 
 
-
-def make_stubs(folder: Path) -> Path:
+def make_stub_bin(folder: Path) -> Path:
     """Write every stub into ``folder`` (executable); returns it."""
     for name, text in STUBS.items():
         path = folder / name
@@ -75,8 +83,10 @@ def make_stubs(folder: Path) -> Path:
     return folder
 
 
-def run_script(stubs, tmp_path, script, *args, trace=False, **env_vars):
-    """Run ``bash script args`` (``bash -x`` with ``trace``) with the stubs first on PATH and a clean environment.
+def run_script(stubs, tmp_path, script, *args, bash="bash", trace=False, **env_vars):
+    """Run ``bash script args`` (from the repository root) with the stubs first on PATH and a clean
+    environment; ``bash`` names the shell (another bash release, for portability checks); ``trace``
+    runs it under ``bash -x``.
 
     Returns (completed process, [(tool, RAY_ADDRESS, LAUNCHER, argv), …] in call order).
     """
@@ -84,8 +94,8 @@ def run_script(stubs, tmp_path, script, *args, trace=False, **env_vars):
     env = {"PATH": f"{stubs}:{os.environ['PATH']}", "HOME": HOME, "LANG": "C.UTF-8", "STUB_LOG_DIR": str(log)}
     env.update({k: str(v) for k, v in env_vars.items()})
     proc = subprocess.run(
-        ["bash", *(["-x"] if trace else []), script, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=120, stdin=subprocess.DEVNULL,
+        [bash, *(["-x"] if trace else []), script, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     return proc, read_calls(log)
 
@@ -113,14 +123,15 @@ Usage:
  0B/1.50TiB memory
 """
 SLURM_ENV = dict(
-    SLURM_JOB_NODELIST="node[01-03]", SLURM_SUBMIT_DIR=str(ROOT), STUB_HOSTS="node01 node02 node03",
-    SLURM_CPUS_ON_NODE=64, SLURM_MEM_PER_NODE=1024, STUB_RAY_STATUS=RAY_STATUS_24_GPUS, SLURM_JOB_ID=4242,
+    SLURM_JOB_NODELIST="node[01-03]", SLURM_SUBMIT_DIR=str(REPO_ROOT), STUB_HOSTS="node01 node02 node03",
+    SLURM_CPUS_ON_NODE=64, SLURM_MEM_PER_NODE=1048576, STUB_RAY_STATUS=RAY_STATUS_24_GPUS, SLURM_JOB_ID=4242,
 )
 
 
 def slurm_env(tmp_path, **extra):
-    """SLURM_ENV with the job's token folder and the stubs' auth log under ``tmp_path``."""
-    return {**SLURM_ENV, "RAY_AUTH_DIR": tmp_path / "ray_auth", "STUB_ENV_LOG": tmp_path / "auth.log", **extra}
+    """SLURM_ENV with the job's token folder, its requeue count and the stubs' auth log under ``tmp_path``."""
+    return {**SLURM_ENV, "RAY_AUTH_DIR": tmp_path / "ray_auth", "STUB_ENV_LOG": tmp_path / "auth.log",
+            "REQUEUE_STATE_DIR": tmp_path / "requeues", **extra}
 
 
 def auth_log(tmp_path):
