@@ -28,7 +28,7 @@ sys.path.insert(0, HERE)
 from task import write_parquet  # noqa: E402
 
 # DAPO's knobs (verl-recipe dapo/run_dapo_qwen2.5_32b.sh) at toy scale, shared by the DAPO runs
-DAPO = [
+DAPO_KNOBS = [
     "actor_rollout_ref.actor.clip_ratio_low=0.2",
     "actor_rollout_ref.actor.clip_ratio_high=0.28",
     "actor_rollout_ref.actor.clip_ratio_c=10.0",
@@ -37,29 +37,40 @@ DAPO = [
     "algorithm.filter_groups.metric=acc",
     "algorithm.use_kl_in_reward=false",
     "actor_rollout_ref.actor.use_kl_loss=false",
-    f"reward.custom_reward_function.path={HERE}/task.py",
-    "reward.custom_reward_function.name=compute_score",
 ]
-RUNS = {
-    "DAPO": DAPO + ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
-    "DAPO_TOKEN": DAPO + ["algorithm.adv_estimator=gtpo_token", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
-    "DAPO_SEQ": DAPO
+# each method's own knobs on top of DAPO's (the three DAPO runs) or alone (Paper A, KL-free)
+METHOD_KNOBS = {
+    "DAPO": DAPO_KNOBS + ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
+    "DAPO_TOKEN": DAPO_KNOBS + ["algorithm.adv_estimator=gtpo_token", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
+    "DAPO_SEQ": DAPO_KNOBS
     + [
         "algorithm.adv_estimator=grpo_s",
         "actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s",
         "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
     ],
-    # Paper A: KL-free, one update per rollout, its reward scale, the paper preset's ⟨H⟩_ini
-    # gate (measured on step 1, restored by the resume)
     "GTPO_TRAJ": [
         "algorithm.adv_estimator=gtpo_traj",
-        "algorithm.gtpo_traj.preset=paper",
         "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
         "algorithm.use_kl_in_reward=false",
         "actor_rollout_ref.actor.use_kl_loss=false",
-        f"reward.custom_reward_function.path={HERE}/task.py",
-        "reward.custom_reward_function.name=compute_score_paper_a",
     ],
+}
+
+
+def reward(path: str, name: str) -> list[str]:
+    """verl's custom-reward overrides: ``name`` in the file ``path``."""
+    return [f"reward.custom_reward_function.path={path}", f"reward.custom_reward_function.name={name}"]
+
+
+DAPO = DAPO_KNOBS + reward(f"{HERE}/task.py", "compute_score")
+RUNS = {
+    "DAPO": METHOD_KNOBS["DAPO"] + reward(f"{HERE}/task.py", "compute_score"),
+    "DAPO_TOKEN": METHOD_KNOBS["DAPO_TOKEN"] + reward(f"{HERE}/task.py", "compute_score"),
+    "DAPO_SEQ": METHOD_KNOBS["DAPO_SEQ"] + reward(f"{HERE}/task.py", "compute_score"),
+    # Paper A: KL-free, one update per rollout, its reward scale, the paper preset's ⟨H⟩_ini
+    # gate (measured on step 1, restored by the resume)
+    "GTPO_TRAJ": METHOD_KNOBS["GTPO_TRAJ"] + ["algorithm.gtpo_traj.preset=paper"]
+    + reward(f"{HERE}/task.py", "compute_score_paper_a"),
 }
 EXPECTED_GTPO = {
     "DAPO": ["gtpo/entropy/batch_mean"],
@@ -107,8 +118,11 @@ def common_overrides(args, data_dir: str, model_dir: str, steps: int) -> list[st
     ]
 
 
-def launch(name: str, overrides: list[str], log_path: str, metrics_path: str, timeout: int) -> tuple[int, float]:
-    env = dict(os.environ, VERL_FILE_LOGGER_PATH=metrics_path, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+def launch(name: str, overrides: list[str], log_path: str, metrics_path: str, timeout: int,
+           env_extra: dict | None = None, memory: dict | None = None) -> tuple[int, float]:
+    """Run one training; with ``memory`` (a dict), fill it with the peak RSS of every process of the run."""
+    env = dict(os.environ, VERL_FILE_LOGGER_PATH=metrics_path, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false",
+               **(env_extra or {}))
     cmd = [sys.executable, "-m", "gtpo_verl.main", "--config-name", "gtpo_trainer_cpu", *overrides]
     start = time.time()
     with open(log_path, "w") as log:
@@ -117,12 +131,19 @@ def launch(name: str, overrides: list[str], log_path: str, metrics_path: str, ti
         # its own session: on a timeout the driver and the local Ray cluster it started go together
         # (not `ray stop`, which would also stop other Ray clusters on the machine)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+        sampler = None
+        if memory is not None:
+            from process_memory import PeakMemory
+
+            sampler = PeakMemory(proc.pid).start()
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             rc = 124
+        if sampler is not None:
+            memory.update(sampler.stop())
     return rc, time.time() - start
 
 
@@ -171,6 +192,86 @@ def draw(summary: dict, history: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def train_run(run: str, launches: list[tuple[str, list[str]]], run_dir: str, steps: int, timeout: int,
+              dynamic_sampling: bool, expected_gtpo: list[str], env_extra: dict | None = None) -> tuple[dict, list, list[str]]:
+    """Launch one run (one or more launches, e.g. train then resume) and read its record from verl's metrics.
+
+    Returns the run's summary record, its per-step metric rows and the failures found (failed
+    launch, missing steps, NaN metric, expected gtpo/ metric missing, dynamic sampling that evicted nothing).
+    """
+    record, failures, metric_paths = {"launches": []}, [], []
+    peaks: dict = {}
+    for label, overrides in launches:
+        metrics_path = os.path.join(run_dir, f"metrics_{label}.jsonl")
+        metric_paths.append(metrics_path)
+        memory: dict = {}
+        rc, wall = launch(run, overrides, os.path.join(run_dir, f"{label}.log"), metrics_path, timeout, env_extra, memory)
+        record["launches"].append({"label": label, "returncode": rc, "wall_s": round(wall, 1)})
+        for process, mb in memory.items():
+            peaks[process] = max(mb, peaks.get(process, 0))
+        if rc != 0:
+            failures.append(f"{run}/{label}: exit code {rc} (see {run_dir}/{label}.log)")
+            break
+    rows = read_metrics(metric_paths)
+    train_rows = [r for r in rows if "timing_s/step" in r]
+    step_times = [r["timing_s/step"] for r in train_rows]
+    final = train_rows[-1] if train_rows else {}
+    record.update(
+        steps_completed=len(train_rows),
+        seconds_per_step=round(sorted(step_times[1:])[len(step_times[1:]) // 2], 2) if len(step_times) > 1 else None,
+        first_step_s=round(step_times[0], 1) if step_times else None,
+        wall_s=round(sum(x["wall_s"] for x in record["launches"]), 1),
+        reward_first=train_rows[0].get("critic/score/mean") if train_rows else None,
+        reward_last=final.get("critic/score/mean"),
+        final_metrics={k: v for k, v in final.items() if isinstance(v, (int, float))},
+        validation={k: v for r in rows for k, v in r.items() if k.startswith("val-")},
+        peak_rss_mb=dict(sorted(peaks.items(), key=lambda kv: -kv[1])),
+    )
+    if dynamic_sampling:
+        # verl's own count of groups evicted by dynamic sampling (uids whose `acc` is all-equal)
+        evicted = [int(r.get("training/filter_groups/evicted_samples", 0)) for r in train_rows]
+        record.update(dynamic_sampling=True, evicted_groups_per_step=evicted, evicted_groups_total=sum(evicted))
+        if train_rows and not sum(evicted):
+            failures.append(f"{run}: dynamic sampling evicted no group in {len(train_rows)} steps")
+    record["startup_s"] = round(record["wall_s"] - sum(step_times), 1) if step_times else None
+    failures += [f"{run}: step {r['step']} {k}={v}" for r in rows for k, v in r.items() if not finite(v)]
+    missing = [k for k in expected_gtpo if not all(k in r for r in train_rows)]
+    if train_rows and missing:
+        failures.append(f"{run}: gtpo metrics missing in some step: {missing}")
+    if record["steps_completed"] < steps and not any(x["returncode"] for x in record["launches"]):
+        failures.append(f"{run}: {record['steps_completed']} of {steps} steps")
+    return record, rows, failures
+
+
+def write_summary(summary: dict, history: dict, failures: list[str], out: str, started: float, steps: int) -> int:
+    """summary.json, curves.png and the printed table; returns the exit code (1 on any failure)."""
+    base_step = (summary.get("DAPO") or {}).get("seconds_per_step")
+    for run, record in summary.items():
+        if base_step and record.get("seconds_per_step"):
+            record["step_time_ratio_to_DAPO"] = round(record["seconds_per_step"] / base_step, 2)
+    summary["_demo"] = {"wall_s": round(time.time() - started, 1), "failures": failures, "steps": steps}
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    if history:
+        draw(summary, history, os.path.join(out, "curves.png"))
+
+    print(f"\n{'run':<11} {'steps':>5} {'s/step':>7} {'vs DAPO':>7} {'start-up s':>10} {'evicted':>7} {'reward first→last':>18}")
+    for run, record in summary.items():
+        if run.startswith("_"):
+            continue
+        fmt = lambda x: "-" if x is None else f"{x:.3g}"  # noqa: E731
+        print(
+            f"{run:<11} {record['steps_completed']:>5} {fmt(record['seconds_per_step']):>7} "
+            f"{fmt(record.get('step_time_ratio_to_DAPO')):>7} {fmt(record['startup_s']):>10} "
+            f"{record.get('evicted_groups_total', '-'):>7} "
+            f"{fmt(record['reward_first']):>8} → {fmt(record['reward_last']):<8}"
+        )
+    print(f"demo wall time {summary['_demo']['wall_s']:.0f} s; summary in {out}/summary.json, curves in {out}/curves.png")
+    for failure in failures:
+        print("FAILED:", failure)
+    return 1 if failures else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.path.join(ROOT, "outputs", "demo"))
@@ -203,72 +304,11 @@ def main() -> int:
         if resume:  # relaunch: verl resumes from the checkpoint (and our state) and runs the rest
             launches.append(("resume", [o for o in base if not o.startswith(("trainer.total_training_steps", "trainer.test_freq"))]
                              + [f"trainer.total_training_steps={args.steps}", f"trainer.test_freq={args.steps}"]))
-        record = {"launches": []}
-        metric_paths = []
-        for label, overrides in launches:
-            metrics_path = os.path.join(run_dir, f"metrics_{label}.jsonl")
-            metric_paths.append(metrics_path)
-            rc, wall = launch(run, overrides, os.path.join(run_dir, f"{label}.log"), metrics_path, args.timeout)
-            record["launches"].append({"label": label, "returncode": rc, "wall_s": round(wall, 1)})
-            if rc != 0:
-                failures.append(f"{run}/{label}: exit code {rc} (see {run_dir}/{label}.log)")
-                break
-        rows = read_metrics(metric_paths)
-        history[run] = rows
-        train_rows = [r for r in rows if "timing_s/step" in r]
-        step_times = [r["timing_s/step"] for r in train_rows]
-        final = train_rows[-1] if train_rows else {}
-        record.update(
-            steps_completed=len(train_rows),
-            seconds_per_step=round(sorted(step_times[1:])[len(step_times[1:]) // 2], 2) if len(step_times) > 1 else None,
-            first_step_s=round(step_times[0], 1) if step_times else None,
-            wall_s=round(sum(x["wall_s"] for x in record["launches"]), 1),
-            reward_first=train_rows[0].get("critic/score/mean") if train_rows else None,
-            reward_last=final.get("critic/score/mean"),
-            final_metrics={k: v for k, v in final.items() if isinstance(v, (int, float))},
-            validation={k: v for r in rows for k, v in r.items() if k.startswith("val-")},
-        )
-        if "algorithm.filter_groups.enable=true" in RUNS[run]:
-            # verl's own count of groups evicted by dynamic sampling (uids whose `acc` is all-equal)
-            evicted = [int(r.get("training/filter_groups/evicted_samples", 0)) for r in train_rows]
-            record.update(dynamic_sampling=True, evicted_groups_per_step=evicted, evicted_groups_total=sum(evicted))
-            if train_rows and not sum(evicted):
-                failures.append(f"{run}: dynamic sampling evicted no group in {len(train_rows)} steps")
-        record["startup_s"] = round(record["wall_s"] - sum(step_times), 1) if step_times else None
-        bad = [f"{run}: step {r['step']} {k}={v}" for r in rows for k, v in r.items() if not finite(v)]
-        failures += bad
-        missing = [k for k in EXPECTED_GTPO[run] if not all(k in r for r in train_rows)]
-        if train_rows and missing:
-            failures.append(f"{run}: gtpo metrics missing in some step: {missing}")
-        if record["steps_completed"] < args.steps and not any(x["returncode"] for x in record["launches"]):
-            failures.append(f"{run}: {record['steps_completed']} of {args.steps} steps")
-        summary[run] = record
-
-    base_step = (summary.get("DAPO") or {}).get("seconds_per_step")
-    for run, record in summary.items():
-        if base_step and record.get("seconds_per_step"):
-            record["step_time_ratio_to_DAPO"] = round(record["seconds_per_step"] / base_step, 2)
-    summary["_demo"] = {"wall_s": round(time.time() - started, 1), "failures": failures, "steps": args.steps}
-    with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-    if history:
-        draw(summary, history, os.path.join(out, "curves.png"))
-
-    print(f"\n{'run':<11} {'steps':>5} {'s/step':>7} {'vs DAPO':>7} {'start-up s':>10} {'evicted':>7} {'reward first→last':>18}")
-    for run, record in summary.items():
-        if run.startswith("_"):
-            continue
-        fmt = lambda x: "-" if x is None else f"{x:.3g}"  # noqa: E731
-        print(
-            f"{run:<11} {record['steps_completed']:>5} {fmt(record['seconds_per_step']):>7} "
-            f"{fmt(record.get('step_time_ratio_to_DAPO')):>7} {fmt(record['startup_s']):>10} "
-            f"{record.get('evicted_groups_total', '-'):>7} "
-            f"{fmt(record['reward_first']):>8} → {fmt(record['reward_last']):<8}"
-        )
-    print(f"demo wall time {summary['_demo']['wall_s']:.0f} s; summary in {out}/summary.json, curves in {out}/curves.png")
-    for failure in failures:
-        print("FAILED:", failure)
-    return 1 if failures else 0
+        dynamic_sampling = "algorithm.filter_groups.enable=true" in RUNS[run]
+        summary[run], history[run], run_failures = train_run(
+            run, launches, run_dir, args.steps, args.timeout, dynamic_sampling, EXPECTED_GTPO[run])
+        failures += run_failures
+    return write_summary(summary, history, failures, out, started, args.steps)
 
 
 if __name__ == "__main__":
