@@ -17,7 +17,8 @@ Definitions (H_{i,t} the old-policy entropy, o_i the valid tokens of response i,
   the initial model; the lab's GTPO_TRAJ_SCALED rule).
 - GTPO-token's bonus (S18): on each group's successes (score > 0), b_{i,t} = H_{i,t} / Σ_{k∈O+_t} H_{k,t} · d_t
   (α2 cancels in a share); the share of Σ b landing on each success response's top ⌈0.2·|o_i|⌉
-  entropy tokens, and the token classes of those tokens (``token_class``).
+  entropy tokens, and the token classes of those tokens (``token_class``); the share of success
+  tokens alone in their column (d_t = 1), where b = 1 whatever the entropy.
 - GRPO-S (S31): the success weights Ĥ_i / Σ_{k∈O+} Ĥ_k · n (mean 1 in every group): min, max,
   std (population) and the 10th / 90th percentiles over all successes.
 - the conflict mask (A.3): A_i = r_i − mean_group(r); for responses with A_i ≠ 0 the leading runs
@@ -158,6 +159,16 @@ def gtpo_bonus(entropy: np.ndarray, mask: np.ndarray, scores: np.ndarray, groups
     return bonus
 
 
+def lone_success_tokens(mask: np.ndarray, scores: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """(B, T) bool: success tokens whose column has d_t = 1; there (S18) gives b = H/H · 1 = 1 whatever the entropy."""
+    active = (mask > 0) & (scores > 0)[:, None]
+    lone = np.zeros_like(active)
+    for g in np.unique(groups):
+        rows = groups == g
+        lone[rows] = active[rows] & (active[rows].sum(0) == 1)[None, :]
+    return lone
+
+
 def class_shares(ids: np.ndarray, selected: np.ndarray, token_text: dict, weights: np.ndarray | None = None) -> dict:
     """Share of the selected tokens (or of ``weights`` over them) by ``token_class``."""
     classes = np.array([token_class(token_text.get(str(i), "")) for i in ids[selected]])
@@ -231,6 +242,8 @@ def analyse_fixture(stem: str) -> dict:
         "delta": delta_filter(entropy, mask),
         "gtpo_token": {
             "bonus_share_on_top20": float(bonus[top20].sum() / bonus[success_tokens].sum()),
+            "success_tokens_alone_in_column": float(lone_success_tokens(mask, scores, groups)[success_tokens].mean()),
+            "successes_per_group": [int((scores[groups == g] > 0).sum()) for g in np.unique(groups)],
             "entropy_share_on_top20_of_successes": float(np.where(top20, entropy, 0).sum() / np.where(success_tokens, entropy, 0).sum()),
             "token_share_top20_of_successes": float(top20.sum() / success_tokens.sum()),
             "top20_token_classes": class_shares(ids, top20, text),
@@ -290,14 +303,67 @@ def profile_of_lab_task(task_name: str, seeds=(0, 1, 2)) -> dict:
     return {"profile": entropy_profile(entropy, mask), "delta": delta_filter(entropy, mask), "seeds": list(seeds)}
 
 
+def _f(value, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def render(result: dict) -> str:
+    """The page's tables (markdown) from a results.json."""
+    batches = {"real LM, fixture (DAPO_TOKEN step 1)": result["real_lm"]}
+    batches.update({f"real LM, {name}": value for name, value in result.get("real_lm_batches", {}).items()})
+    batches.update({"lab max_digit (warm start)": result.get("lab_max_digit"), "lab digit_sum (warm start)": result.get("lab_digit_sum"),
+                    "CPU demo's tiny Qwen2 (step 1)": result.get("demo_tiny_qwen2")})
+    lines = ["| batch | responses | mean length | token-mean H | median | p90 | share > 0.7 | top-10 % share | top-20 % share "
+             "| δ filters at 0.7 | at ln 2 | at 1.5·⟨H⟩_ini (threshold) |", "|---" * 12 + "|"]
+    for name, value in batches.items():
+        if not value:
+            continue
+        p, d = value["profile"], value["delta"]
+        lines.append(f"| {name} | {p['responses']} | {p['mean_length']:.1f} | {_f(p['token_mean'], 2)} | {_f(p['median'], 2)} "
+                     f"| {_f(p['p90'], 2)} | {_f(p['share_above_0.7'])} | {_f(p['top10_share'])} | {_f(p['top20_share'])} "
+                     f"| {_f(d['filtered_at_0.7'])} | {_f(d['filtered_at_ln2'])} | {_f(d['filtered_at_scaled'])} ({d['scaled_threshold']:.2f}) |")
+    lines += ["", "| real-LM batch | successes | GTPO bonus on top-20 % tokens (their token share) | GRPO-S weight min / max / std "
+              "| tokens in conflict runs | evicted groups at the step | clip fraction at the step |", "|---" * 7 + "|"]
+    for name, value in batches.items():
+        if not value or "gtpo_token" not in value:
+            continue
+        g, w, c, a = value["gtpo_token"], value["grpo_s"], value["conflict"], value["all_equal"]
+        clip = value.get("step_metrics", {}).get("actor/pg_clipfrac")
+        evicted = a["evicted_groups_at_step"]
+        lines.append(f"| {name} | {w['successes']} | {_f(g['bonus_share_on_top20'])} ({_f(g['token_share_top20_of_successes'])}) "
+                     f"| {_f(w['min'], 2)} / {_f(w['max'], 2)} / {_f(w['std'], 2)} | {_f(c['token_share_in_runs'])} "
+                     f"| {'–' if evicted is None else int(evicted)} of {value['fixture']['groups'] + int(evicted or 0)} | {_f(clip, 4)} |")
+    fixture = result["real_lm"]
+    lines += ["", "| tokens (fixture) | digit | operator | word | format |", "|---" * 5 + "|"]
+    for label, key in (("all valid tokens", "all_token_classes"), ("top-20 % entropy tokens of successes", "top20_token_classes"),
+                       ("GTPO bonus on those tokens", "top20_bonus_classes")):
+        shares = fixture["gtpo_token"][key]
+        lines.append(f"| {label} | " + " | ".join(_f(shares[c]) for c in CLASSES) + " |")
+    shares = fixture["conflict"]["run_token_classes"]
+    if shares:
+        lines.append("| tokens in conflict runs | " + " | ".join(_f(shares[c]) for c in CLASSES) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("fixture", help="fixture stem (without .safetensors / .json)")
+    parser.add_argument("fixture", nargs="?", help="fixture stem (without .safetensors / .json)")
+    parser.add_argument("--batch", action="append", default=[], metavar="NAME=STEM",
+                        help="another real-LM batch (a fixture written by lm_fixture.py) to analyse the same way")
     parser.add_argument("--out", help="write the numbers here as JSON")
+    parser.add_argument("--markdown", metavar="RESULTS_JSON", help="print the page's tables from a results.json and exit")
     parser.add_argument("--compare", action=argparse.BooleanOptionalAction, default=True,
                         help="also profile the lab's tasks and the demo's tiny model")
     args = parser.parse_args(argv)
+    if args.markdown:
+        with open(args.markdown) as f:
+            print(render(json.load(f)))
+        return 0
+    if not args.fixture:
+        parser.error("a fixture stem is required (or --markdown RESULTS_JSON)")
     result = {"real_lm": analyse_fixture(args.fixture)}
+    if args.batch:
+        result["real_lm_batches"] = {name: analyse_fixture(stem) for name, stem in (b.split("=", 1) for b in args.batch)}
     if args.compare:
         result["demo_tiny_qwen2"] = profile_of_demo_model()
         for name in ("max_digit", "digit_sum"):
@@ -306,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")
-    print(text)
+    print(render(result) if args.compare else text)
     return 0
 
 

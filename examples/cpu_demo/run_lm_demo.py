@@ -75,8 +75,8 @@ def lm_overrides(args, data_dir: str, run: str, run_dir: str) -> list[str]:
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
         f"actor_rollout_ref.actor.optim.lr={args.lr}",
         "actor_rollout_ref.rollout.temperature=1.0",
-        # on CPU the share of host memory vLLM reserves (weights + KV cache); 0.1 is too small for 135 M parameters
-        "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+        # on CPU the share of host memory vLLM reserves (weights + KV cache): 0.1 is too small for 135 M parameters, 0.3 (7 GB) crowded out the actor on 24 GB
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.15",
         f"actor_rollout_ref.rollout.val_kwargs.n={args.val_n}",
         "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
         "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--max-response-length", type=int, default=48)
-    parser.add_argument("--micro-batch", type=int, default=16)
+    parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--delta", type=float, default=None, help="GTPO_TRAJ_SCALED's δ threshold (nats)")
@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = os.path.join(out, "data")
     write_splits(data_dir, train=512, val=args.val_prompts)
 
-    summary, history, failures = {"_model": model}, {}, []
+    settings = {k: getattr(args, k) for k in ("seed", "steps", "prompts", "group", "lr", "max_response_length", "delta")}
+    summary, history, failures = {"_model": model, "_settings": settings}, {}, []
     for run in runs:
         run_dir = os.path.join(out, run if args.seed == 0 else f"{run}_seed{args.seed}")
         os.makedirs(run_dir, exist_ok=True)

@@ -178,6 +178,7 @@ def test_gtpo_bonus_and_grpo_s_weights_match_an_independent_recomputation(result
     for index, (uid, score, h, ids) in enumerate(data):
         groups.setdefault(uid, []).append(index)
     bonus_total = bonus_top = 0.0
+    lone = success_tokens = 0
     weights = []
     for members in groups.values():
         successes = [i for i in members if data[i][1] > 0]
@@ -185,6 +186,8 @@ def test_gtpo_bonus_and_grpo_s_weights_match_an_independent_recomputation(result
         for t in range(width):  # (S18): H_{i,t} / Σ_{k∈O+_t} H_{k,t} · d_t
             active = [i for i in successes if len(data[i][2]) > t]
             column = sum(max(data[i][2][t], 0.0) for i in active)
+            success_tokens += len(active)
+            lone += len(active) if len(active) == 1 else 0
             for i in active:
                 b = max(data[i][2][t], 0.0) / column * len(active) if column > 0 else 1.0
                 bonus_total += b
@@ -193,6 +196,7 @@ def test_gtpo_bonus_and_grpo_s_weights_match_an_independent_recomputation(result
             means = [sum(data[i][2]) / len(data[i][2]) for i in successes]
             weights += [m / sum(means) * len(successes) for m in means]
     assert results["gtpo_token"]["bonus_share_on_top20"] == pytest.approx(bonus_top / bonus_total, abs=1e-6)
+    assert results["gtpo_token"]["success_tokens_alone_in_column"] == pytest.approx(lone / success_tokens, abs=1e-9)
     spread = results["grpo_s"]
     assert spread["successes"] == len(weights)
     assert (spread["min"], spread["max"]) == pytest.approx((min(weights), max(weights)), abs=1e-6)
