@@ -171,7 +171,10 @@ def finite(value) -> bool:
     return not isinstance(value, float) or math.isfinite(value)
 
 
-def draw(summary: dict, history: dict, path: str) -> None:
+PAPER_A_SCALE = {"GTPO_TRAJ": 1 / 20}  # Paper A's reward is on a 0-20 scale: drawn ÷ 20 so the four runs share the axis
+
+
+def draw(summary: dict, history: dict, path: str, reward_scale: dict[str, float] = PAPER_A_SCALE) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -180,11 +183,10 @@ def draw(summary: dict, history: dict, path: str) -> None:
     fig, axes = plt.subplots(1, len(CURVES), figsize=(5 * len(CURVES), 3.6))
     for axis, (key, label) in zip(axes, CURVES.items()):
         for run, rows in history.items():
-            # Paper A's reward is on a 0-20 scale: drawn ÷ 20 so the four runs share the axis
-            scale = 1 / 20 if key == "critic/score/mean" and run == "GTPO_TRAJ" else 1
+            scale = reward_scale.get(run, 1) if key == "critic/score/mean" else 1
             points = [(r["step"], r[key] * scale) for r in rows if key in r]
             if points:
-                axis.plot(*zip(*points), marker="o", label=run + (" (reward ÷ 20)" if scale != 1 else ""))
+                axis.plot(*zip(*points), marker="o", label=run + (f" (reward × {scale:.3g})" if scale != 1 else ""))
         axis.set_title(label)
         axis.set_xlabel("step")
     axes[0].legend()
@@ -243,7 +245,8 @@ def train_run(run: str, launches: list[tuple[str, list[str]]], run_dir: str, ste
     return record, rows, failures
 
 
-def write_summary(summary: dict, history: dict, failures: list[str], out: str, started: float, steps: int) -> int:
+def write_summary(summary: dict, history: dict, failures: list[str], out: str, started: float, steps: int,
+                  reward_scale: dict[str, float] = PAPER_A_SCALE) -> int:
     """summary.json, curves.png and the printed table; returns the exit code (1 on any failure)."""
     base_step = (summary.get("DAPO") or {}).get("seconds_per_step")
     for run, record in summary.items():
@@ -253,7 +256,7 @@ def write_summary(summary: dict, history: dict, failures: list[str], out: str, s
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     if history:
-        draw(summary, history, os.path.join(out, "curves.png"))
+        draw(summary, history, os.path.join(out, "curves.png"), reward_scale)
 
     print(f"\n{'run':<11} {'steps':>5} {'s/step':>7} {'vs DAPO':>7} {'start-up s':>10} {'evicted':>7} {'reward first→last':>18}")
     for run, record in summary.items():

@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         failures += run_failures
         if run in AUDITED and not record["audit"] and not run_failures:
             failures.append(f"{run}: no audit dump of step 1 in {run_dir}/audit")
-    return write_summary(summary, history, failures, out, started, args.steps)
+    return write_summary(summary, history, failures, out, started, args.steps, reward_scale={})  # every run scores 0/1
 
 
 # per-step series kept in summary.json (verl's and gtpo_verl's metric names)
