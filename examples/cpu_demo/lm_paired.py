@@ -95,6 +95,25 @@ def score(table: dict) -> dict:
     return {"endpoints": table, "comparisons": rows, "reward_rise_all_runs": rise}
 
 
+def render(result: dict) -> str:
+    """Markdown: per run its endpoints, then per comparison and endpoint the paired test."""
+    lines = ["| method | seed | steps | reward change | validation mean@4 | token-mean H (2nd half) | length (2nd half) |",
+             "|---" * 7 + "|"]
+    fmt = lambda v, d=3: "–" if v is None else f"{v:.{d}f}"  # noqa: E731
+    for method, seeds in sorted(result["endpoints"].items()):
+        for seed, e in sorted(seeds.items(), key=lambda kv: int(kv[0])):
+            lines.append(f"| {method} | {seed} | {e['steps']} | {fmt(e.get('reward_change'))} | {fmt(e.get('val_mean@4'))} "
+                         f"| {fmt(e.get('entropy'), 2)} | {fmt(e.get('length'), 1)} |")
+    lines += ["", "| comparison | endpoint | seeds | differences | mean [bootstrap 95 %] | p Wilcoxon / sign (Holm) "
+              "| smallest p possible | seeds for 80 % power |", "|---" * 8 + "|"]
+    for r in result["comparisons"]:
+        lines.append(f"| {r['method']} − {r['baseline']} | {r['endpoint']} | {len(r['seeds'])} "
+                     f"| {', '.join(f'{d:+.3f}' for d in r['differences'])} | {r['mean_difference']:+.3f} "
+                     f"[{r['ci95'][0]:+.3f}, {r['ci95'][1]:+.3f}] | {r['p_wilcoxon']:.2f} / {r['p_sign']:.2f} ({r['p_holm']:.2f}) "
+                     f"| {r['smallest_possible_p']:.2f} | {r['seeds_needed_80pct_power'] if r['seeds_needed_80pct_power'] is not None else '–'} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", default="1")
@@ -106,11 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.score:
         result = score(collect(args.score))
-        text = json.dumps(result, indent=1)
         if args.out.endswith(".json"):
             with open(args.out, "w") as f:
-                f.write(text + "\n")
-        print(text)
+                f.write(json.dumps(result, indent=1) + "\n")
+        print(render(result))
         return 0
     import run_lm_demo
 
