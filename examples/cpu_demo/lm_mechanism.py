@@ -303,6 +303,39 @@ def profile_of_lab_task(task_name: str, seeds=(0, 1, 2)) -> dict:
     return {"profile": entropy_profile(entropy, mask), "delta": delta_filter(entropy, mask), "seeds": list(seeds)}
 
 
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
+def runs_digest(summary: dict) -> dict:
+    """Per run of a ``run_lm_demo`` summary.json: cost, start → end of the curves, the mechanisms' logged shares."""
+    out = {}
+    for run, record in summary.items():
+        if run.startswith("_"):
+            continue
+        curves = record.get("curves", {})
+
+        def ends(key):
+            series = [v for v in curves.get(key, []) if v is not None]
+            return [series[0], series[-1]] if series else None
+
+        peaks = record.get("peak_rss_mb", {})
+        out[run] = {
+            "steps": record["steps_completed"], "seconds_per_step": record["seconds_per_step"],
+            "first_step_s": record["first_step_s"], "startup_s": record["startup_s"], "wall_s": record["wall_s"],
+            "reward": ends("critic/score/mean"), "token_mean_entropy": ends("gtpo/entropy/batch_mean"),
+            "response_length": ends("response_length/mean"), "length_cap_share": ends("response_length/clip_ratio"),
+            "clipfrac_mean": _mean(curves.get("actor/pg_clipfrac", [])),
+            "evicted_groups_per_step": record.get("evicted_groups_per_step"),
+            "delta_filtered_per_step": [v for v in curves.get("gtpo/delta/filtered_frac", []) if v is not None] or None,
+            "val_mean@4": record.get("validation", {}).get("val-core/openai/gsm8k/acc/mean@4"),
+            "phases": record.get("phases", {}),
+            "peak_rss_mb": {k: v for k, v in peaks.items() if k == "_tree_total_pss" or v >= 500},
+        }
+    return out
+
+
 def _f(value, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
@@ -333,6 +366,26 @@ def render(result: dict) -> str:
         lines.append(f"| {name} | {w['successes']} | {_f(g['bonus_share_on_top20'])} ({_f(g['token_share_top20_of_successes'])}) "
                      f"| {_f(w['min'], 2)} / {_f(w['max'], 2)} / {_f(w['std'], 2)} | {_f(c['token_share_in_runs'])} "
                      f"| {'–' if evicted is None else int(evicted)} of {value['fixture']['groups'] + int(evicted or 0)} | {_f(clip, 4)} |")
+    runs = result.get("demo_lm_runs", {})
+    if runs:
+        lines += ["", "| run | steps | s/step (first) | start-up s | reward first → last | token-mean H first → last "
+                  "| length first → last | clip fraction | evicted groups / step | δ filtered / step | validation mean@4 |",
+                  "|---" * 11 + "|"]
+        for run, r in runs.items():
+            pair = lambda v, d=2: "–" if not v else f"{v[0]:.{d}f} → {v[1]:.{d}f}"  # noqa: E731
+            lines.append(f"| {run} | {r['steps']} | {_f(r['seconds_per_step'], 1)} ({_f(r['first_step_s'], 0)}) | {_f(r['startup_s'], 0)} "
+                         f"| {pair(r['reward'], 3)} | {pair(r['token_mean_entropy'])} | {pair(r['response_length'], 1)} "
+                         f"| {_f(r['clipfrac_mean'], 4)} | {r['evicted_groups_per_step'] or '–'} "
+                         f"| {[round(x, 2) for x in r['delta_filtered_per_step']] if r['delta_filtered_per_step'] else '–'} "
+                         f"| {_f(r['val_mean@4'])} |")
+        lines += ["", "| run | generation | old log-probs + entropy | advantage (estimator) | actor update | weight sync "
+                  "| peak RSS: FSDP actor / vLLM worker / whole tree (PSS) MiB |", "|---" * 7 + "|"]
+        for run, r in runs.items():
+            ph, pk = r["phases"], r["peak_rss_mb"]
+            share = lambda k: "–" if f"{k}_share" not in ph else f"{ph[k + '_s']:.1f} s ({100 * ph[k + '_share']:.1f} %)"  # noqa: E731
+            lines.append(f"| {run} | {share('gen')} | {share('old_log_prob')} | {share('adv')} | {share('update_actor')} "
+                         f"| {share('update_weights')} | {_f(pk.get('ray::WorkerDict'), 0)} / {_f(pk.get('VLLM::Worker'), 0)} "
+                         f"/ {_f(pk.get('_tree_total_pss'), 0)} |")
     fixture = result["real_lm"]
     lines += ["", "| tokens (fixture) | digit | operator | word | format |", "|---" * 5 + "|"]
     for label, key in (("all valid tokens", "all_token_classes"), ("top-20 % entropy tokens of successes", "top20_token_classes"),
@@ -350,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("fixture", nargs="?", help="fixture stem (without .safetensors / .json)")
     parser.add_argument("--batch", action="append", default=[], metavar="NAME=STEM",
                         help="another real-LM batch (a fixture written by lm_fixture.py) to analyse the same way")
+    parser.add_argument("--demo-summary", help="a run_lm_demo summary.json whose runs to digest (cost, curves, logged shares)")
     parser.add_argument("--out", help="write the numbers here as JSON")
     parser.add_argument("--markdown", metavar="RESULTS_JSON", help="print the page's tables from a results.json and exit")
     parser.add_argument("--compare", action=argparse.BooleanOptionalAction, default=True,
@@ -364,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     result = {"real_lm": analyse_fixture(args.fixture)}
     if args.batch:
         result["real_lm_batches"] = {name: analyse_fixture(stem) for name, stem in (b.split("=", 1) for b in args.batch)}
+    if args.demo_summary:
+        with open(args.demo_summary) as f:
+            result["demo_lm_runs"] = runs_digest(json.load(f))
     if args.compare:
         result["demo_tiny_qwen2"] = profile_of_demo_model()
         for name in ("max_digit", "digit_sum"):

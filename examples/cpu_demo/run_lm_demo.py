@@ -166,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                                                EXPECTED_GTPO[run], env_extra=OFFLINE)
         record["phases"] = phase_shares(rows)
         record["curves"] = {key: [r.get(key) for r in rows if "timing_s/step" in r] for key in CURVE_KEYS}
-        record["audit"] = sorted(glob.glob(os.path.join(run_dir, "audit", "step_*.pt")))
+        # the audit's dumps, in either of its formats (.safetensors + .json sidecar, or .pt)
+        record["audit"] = sorted(p for ext in ("pt", "safetensors") for p in glob.glob(os.path.join(run_dir, "audit", f"step_*.{ext}")))
         summary[run], history[run] = record, rows
         failures += run_failures
         if run in AUDITED and not record["audit"] and not run_failures:
