@@ -61,10 +61,11 @@ def collect(summaries: list[str]) -> dict:
     for path in summaries:
         with open(os.path.join(path, "summary.json")) as f:
             summary = json.load(f)
-        seed = int(summary.get("_settings", {}).get("seed", 0))
+        settings = summary.get("_settings", {})
+        seed = int(settings.get("seed", 0))
         for method, record in summary.items():
-            if method.startswith("_") or record.get("steps_completed", 0) == 0:
-                continue
+            if method.startswith("_") or record.get("steps_completed", 0) < int(settings.get("steps", 1)):
+                continue  # a run that did not finish its steps has no endpoint
             table.setdefault(method, {})[seed] = dict(endpoints(record), steps=record["steps_completed"])
     return table
 
