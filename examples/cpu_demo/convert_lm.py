@@ -92,7 +92,7 @@ def set_special_tokens(tokenizer, model, ids: dict[str, int]) -> None:
 
     transformers 5.10's GGUF tokenizer loader sets EOS and padding to ``<|im_start|>`` (id 1) for
     this file, whose metadata says EOS = padding = ``<|im_end|>`` (id 2), the end of a chat turn.
-    vLLM stops on the generation config's EOS, so with id 1 every response would run to the length cap.
+    vLLM stops on the generation config's EOS, so with id 1 a response would run on past the end of its turn.
     """
     tokens = {name: tokenizer.convert_ids_to_tokens(index) for name, index in ids.items()}
     tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token = tokens["bos"], tokens["eos"], tokens["pad"]
