@@ -38,7 +38,7 @@ from task import STALL_FILE_ENV, write_parquet  # noqa: E402
 from gtpo_verl.trainer.metrics_file import RESUMED_FROM, read_metrics_file  # noqa: E402
 
 # DAPO's knobs (verl-recipe dapo/run_dapo_qwen2.5_32b.sh) at toy scale, shared by the DAPO runs
-DAPO = [
+DAPO_KNOBS = [
     "actor_rollout_ref.actor.clip_ratio_low=0.2",
     "actor_rollout_ref.actor.clip_ratio_high=0.28",
     "actor_rollout_ref.actor.clip_ratio_c=10.0",
@@ -47,29 +47,40 @@ DAPO = [
     "algorithm.filter_groups.metric=acc",
     "algorithm.use_kl_in_reward=false",
     "actor_rollout_ref.actor.use_kl_loss=false",
-    f"reward.custom_reward_function.path={HERE}/task.py",
-    "reward.custom_reward_function.name=compute_score",
 ]
-RUNS = {
-    "DAPO": DAPO + ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
-    "DAPO_TOKEN": DAPO + ["algorithm.adv_estimator=gtpo_token", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
-    "DAPO_SEQ": DAPO
+# each method's own knobs on top of DAPO's (the three DAPO runs) or alone (Paper A, KL-free)
+METHOD_KNOBS = {
+    "DAPO": DAPO_KNOBS + ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
+    "DAPO_TOKEN": DAPO_KNOBS + ["algorithm.adv_estimator=gtpo_token", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
+    "DAPO_SEQ": DAPO_KNOBS
     + [
         "algorithm.adv_estimator=grpo_s",
         "actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s",
         "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
     ],
-    # Paper A: KL-free, one update per rollout, its reward scale, the paper preset's ⟨H⟩_ini
-    # gate (measured on step 1, restored by the resume)
     "GTPO_TRAJ": [
         "algorithm.adv_estimator=gtpo_traj",
-        "algorithm.gtpo_traj.preset=paper",
         "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
         "algorithm.use_kl_in_reward=false",
         "actor_rollout_ref.actor.use_kl_loss=false",
-        f"reward.custom_reward_function.path={HERE}/task.py",
-        "reward.custom_reward_function.name=compute_score_paper_a",
     ],
+}
+
+
+def reward(path: str, name: str) -> list[str]:
+    """verl's custom-reward overrides: ``name`` in the file ``path``."""
+    return [f"reward.custom_reward_function.path={path}", f"reward.custom_reward_function.name={name}"]
+
+
+DAPO = DAPO_KNOBS + reward(f"{HERE}/task.py", "compute_score")
+RUNS = {
+    "DAPO": METHOD_KNOBS["DAPO"] + reward(f"{HERE}/task.py", "compute_score"),
+    "DAPO_TOKEN": METHOD_KNOBS["DAPO_TOKEN"] + reward(f"{HERE}/task.py", "compute_score"),
+    "DAPO_SEQ": METHOD_KNOBS["DAPO_SEQ"] + reward(f"{HERE}/task.py", "compute_score"),
+    # Paper A: KL-free, one update per rollout, its reward scale, the paper preset's ⟨H⟩_ini
+    # gate (measured on step 1, restored by the resume)
+    "GTPO_TRAJ": METHOD_KNOBS["GTPO_TRAJ"] + ["algorithm.gtpo_traj.preset=paper"]
+    + reward(f"{HERE}/task.py", "compute_score_paper_a"),
 }
 EXPECTED_GTPO = {
     "DAPO": ["gtpo/entropy/batch_mean"],
@@ -123,10 +134,11 @@ def common_overrides(args, data_dir: str, model_dir: str, steps: int) -> list[st
 
 
 def launch(name: str, overrides: list[str], log_path: str, metrics_path: str, timeout: int,
-           watch=None, extra_env=None) -> tuple[int, float]:
-    """Run one ``python -m gtpo_verl.main``; ``watch(proc)`` is called every second while it runs."""
+           watch=None, env_extra: dict | None = None, memory: dict | None = None) -> tuple[int, float]:
+    """Run one ``python -m gtpo_verl.main``; ``watch(proc)`` is called every second while it runs; with
+    ``memory`` (a dict), fill it with the peak RSS of every process of the run."""
     env = dict(os.environ, VERL_FILE_LOGGER_PATH=metrics_path, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false",
-               **(extra_env or {}))
+               **(env_extra or {}))
     cmd = [sys.executable, "-m", "gtpo_verl.main", "--config-name", "gtpo_trainer_cpu", *overrides]
     start = time.time()
     with open(log_path, "a") as log:
@@ -135,6 +147,11 @@ def launch(name: str, overrides: list[str], log_path: str, metrics_path: str, ti
         # its own session: on a timeout (or a drill's kill) the driver and the local Ray cluster it started
         # go together (not `ray stop`, which would also stop other Ray clusters on the machine)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+        sampler = None
+        if memory is not None:
+            from process_memory import PeakMemory
+
+            sampler = PeakMemory(proc.pid).start()
         while proc.poll() is None and time.time() - start < timeout:
             if watch is not None:
                 watch(proc)
@@ -142,8 +159,9 @@ def launch(name: str, overrides: list[str], log_path: str, metrics_path: str, ti
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            return 124, time.time() - start
-        rc = proc.returncode
+        rc = proc.returncode if time.time() - start < timeout else 124
+        if sampler is not None:
+            memory.update(sampler.stop())
     _kill_group(proc.pid)  # whatever the driver left of its local Ray cluster (a vLLM engine can outlive it)
     return rc, time.time() - start
 
@@ -226,7 +244,10 @@ def finite(value) -> bool:
     return not isinstance(value, float) or math.isfinite(value)
 
 
-def draw(summary: dict, history: dict, path: str) -> None:
+PAPER_A_SCALE = {"GTPO_TRAJ": 1 / 20}  # Paper A's reward is on a 0-20 scale: drawn ÷ 20 so the four runs share the axis
+
+
+def draw(summary: dict, history: dict, path: str, reward_scale: dict[str, float] = PAPER_A_SCALE) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -235,16 +256,121 @@ def draw(summary: dict, history: dict, path: str) -> None:
     fig, axes = plt.subplots(1, len(CURVES), figsize=(5 * len(CURVES), 3.6))
     for axis, (key, label) in zip(axes, CURVES.items()):
         for run, rows in history.items():
-            # Paper A's reward is on a 0-20 scale: drawn ÷ 20 so the four runs share the axis
-            scale = 1 / 20 if key == "critic/score/mean" and run == "GTPO_TRAJ" else 1
+            scale = reward_scale.get(run, 1) if key == "critic/score/mean" else 1
             points = [(r["step"], r[key] * scale) for r in rows if key in r]
             if points:
-                axis.plot(*zip(*points), marker="o", label=run + (" (reward ÷ 20)" if scale != 1 else ""))
+                axis.plot(*zip(*points), marker="o", label=run + (f" (reward × {scale:.3g})" if scale != 1 else ""))
         axis.set_title(label)
         axis.set_xlabel("step")
     axes[0].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def read_metrics(paths: list[str]) -> list[dict]:
+    """A run's metric rows from its file(s), a repeated step's last attempt kept (``gtpo_verl.trainer.metrics_file``)."""
+    return read_metrics_file(*paths).rows()
+
+
+def train_run(run: str, launches: list[tuple[str, list[str]]], run_dir: str, steps: int, timeout: int,
+              dynamic_sampling: bool, expected_gtpo: list[str], env_extra: dict | None = None,
+              drill: str | None = None) -> tuple[dict, list, list[str]]:
+    """Launch one run and read its record from verl's metric file (``run_dir/metrics.jsonl``, all launches).
+
+    With ``drill`` (``DRILLS``) the first launch is interrupted once step DRILL_STOP_AFTER is logged and
+    the second (the same overrides, ``resume_mode=auto``) resumes; ``check_drill`` then holds the resume
+    to what it must show. Returns the run's summary record, its per-step metric rows and the failures
+    found (failed launch, missing steps, NaN metric, expected gtpo/ metric missing, dynamic sampling that
+    evicted nothing, a drill check).
+    """
+    record, failures, peaks = {"launches": []}, [], {}
+    metrics_path, log_path = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "train.log")
+    stall_file = os.path.join(run_dir, "STALL")
+    for stale in (metrics_path, log_path, stall_file):  # a fresh run: nothing from an earlier demo
+        if os.path.exists(stale):
+            os.remove(stale)
+    if drill:
+        shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
+        env_extra = {**(env_extra or {}), **({STALL_FILE_ENV: stall_file} if drill == "watchdog" else {})}
+    for i, (label, overrides) in enumerate(launches):
+        interrupted = drill is not None and i == 0
+        memory: dict = {}
+        rc, wall = launch(run, overrides, log_path, metrics_path, timeout,
+                          watch=drill_watch(drill, metrics_path, stall_file) if interrupted else None,
+                          env_extra=env_extra, memory=memory)
+        if os.path.exists(stall_file):
+            os.remove(stall_file)
+        record["launches"].append({"label": label, "returncode": rc, "wall_s": round(wall, 1)})
+        for process, mb in memory.items():
+            peaks[process] = max(mb, peaks.get(process, 0))
+        if rc != 0 and not interrupted:
+            failures.append(f"{run}/{label}: exit code {rc} (see {log_path})")
+            break
+    metrics = read_metrics_file(metrics_path)
+    rows = metrics.rows()
+    if drill:
+        record["drill"] = check_drill(drill, record["launches"], metrics_path, steps, log_path)
+        failures += [f"{run}: {drill} drill check {name} failed" for name, ok in record["drill"]["checks"].items() if not ok]
+    train_rows = [r for r in rows if "timing_s/step" in r]
+    step_times = [r["timing_s/step"] for r in train_rows]
+    final = train_rows[-1] if train_rows else {}
+    record.update(
+        steps_completed=len(train_rows),
+        repeated_steps=metrics.repeated_steps,
+        seconds_per_step=round(sorted(step_times[1:])[len(step_times[1:]) // 2], 2) if len(step_times) > 1 else None,
+        first_step_s=round(step_times[0], 1) if step_times else None,
+        wall_s=round(sum(x["wall_s"] for x in record["launches"]), 1),
+        reward_first=train_rows[0].get("critic/score/mean") if train_rows else None,
+        reward_last=final.get("critic/score/mean"),
+        final_metrics={k: v for k, v in final.items() if isinstance(v, (int, float))},
+        validation={k: v for r in rows for k, v in r.items() if k.startswith("val-")},
+        peak_rss_mb=dict(sorted(peaks.items(), key=lambda kv: -kv[1])),
+    )
+    if dynamic_sampling:
+        # verl's own count of groups evicted by dynamic sampling (uids whose `acc` is all-equal)
+        evicted = [int(r.get("training/filter_groups/evicted_samples", 0)) for r in train_rows]
+        record.update(dynamic_sampling=True, evicted_groups_per_step=evicted, evicted_groups_total=sum(evicted))
+        if train_rows and not sum(evicted):
+            failures.append(f"{run}: dynamic sampling evicted no group in {len(train_rows)} steps")
+    record["startup_s"] = round(record["wall_s"] - sum(step_times), 1) if step_times else None
+    failures += [f"{run}: step {r['step']} {k}={v}" for r in rows for k, v in r.items() if not finite(v)]
+    missing = [k for k in expected_gtpo if not all(k in r for r in train_rows)]
+    if train_rows and missing:
+        failures.append(f"{run}: gtpo metrics missing in some step: {missing}")
+    finished = record["launches"][1:] if drill else record["launches"]
+    if record["steps_completed"] < steps and not any(x["returncode"] for x in finished):
+        failures.append(f"{run}: {record['steps_completed']} of {steps} steps")
+    return record, rows, failures
+
+
+def write_summary(summary: dict, history: dict, failures: list[str], out: str, started: float, steps: int,
+                  reward_scale: dict[str, float] = PAPER_A_SCALE) -> int:
+    """summary.json, curves.png and the printed table; returns the exit code (1 on any failure)."""
+    base_step = (summary.get("DAPO") or {}).get("seconds_per_step")
+    for run, record in summary.items():
+        if base_step and record.get("seconds_per_step"):
+            record["step_time_ratio_to_DAPO"] = round(record["seconds_per_step"] / base_step, 2)
+    summary["_demo"] = {"wall_s": round(time.time() - started, 1), "failures": failures, "steps": steps}
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    if history:
+        draw(summary, history, os.path.join(out, "curves.png"), reward_scale)
+
+    print(f"\n{'run':<11} {'steps':>5} {'s/step':>7} {'vs DAPO':>7} {'start-up s':>10} {'evicted':>7} {'reward first→last':>18}")
+    for run, record in summary.items():
+        if run.startswith("_"):
+            continue
+        fmt = lambda x: "-" if x is None else f"{x:.3g}"  # noqa: E731
+        print(
+            f"{run:<11} {record['steps_completed']:>5} {fmt(record['seconds_per_step']):>7} "
+            f"{fmt(record.get('step_time_ratio_to_DAPO')):>7} {fmt(record['startup_s']):>10} "
+            f"{record.get('evicted_groups_total', '-'):>7} "
+            f"{fmt(record['reward_first']):>8} → {fmt(record['reward_last']):<8}"
+        )
+    print(f"demo wall time {summary['_demo']['wall_s']:.0f} s; summary in {out}/summary.json, curves in {out}/curves.png")
+    for failure in failures:
+        print("FAILED:", failure)
+    return 1 if failures else 0
 
 
 def main() -> int:
@@ -273,86 +399,14 @@ def main() -> int:
             f"trainer.experiment_name={run}",
             f"trainer.default_local_dir={run_dir}/checkpoints",
             f"trainer.save_freq={DRILL_SAVE_FREQ if drill else -1}",
-        ] + (["gtpo.watchdog.generation_timeout_s=%d" % DRILL_WATCHDOG_S] if drill == "watchdog" else []) + args.set
-        metrics_path, log_path = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "train.log")
-        stall_file = os.path.join(run_dir, "STALL")
-        for stale in (metrics_path, log_path, stall_file):  # a fresh run: nothing from an earlier demo
-            if os.path.exists(stale):
-                os.remove(stale)
-        shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
-        record = {"launches": []}
+        ] + ([f"gtpo.watchdog.generation_timeout_s={DRILL_WATCHDOG_S}"] if drill == "watchdog" else []) + args.set
         # a drill's first launch is interrupted; the relaunch (same overrides, resume_mode=auto) resumes
-        for label in ("interrupted", "resumed") if drill else ("train",):
-            watch = drill_watch(drill, metrics_path, stall_file) if label == "interrupted" else None
-            extra_env = {STALL_FILE_ENV: stall_file} if drill == "watchdog" else None
-            if os.path.exists(stall_file):
-                os.remove(stall_file)
-            rc, wall = launch(run, overrides, log_path, metrics_path, args.timeout, watch=watch, extra_env=extra_env)
-            record["launches"].append({"label": label, "returncode": rc, "wall_s": round(wall, 1)})
-            if rc != 0 and label != "interrupted":
-                failures.append(f"{run}/{label}: exit code {rc} (see {log_path})")
-                break
-        metrics = read_metrics_file(metrics_path)
-        rows = metrics.rows()
-        history[run] = rows
-        if drill:
-            record["drill"] = check_drill(drill, record["launches"], metrics_path, args.steps, log_path)
-            failures += [f"{run}: {drill} drill check {name} failed" for name, ok in record["drill"]["checks"].items() if not ok]
-        train_rows = [r for r in rows if "timing_s/step" in r]
-        step_times = [r["timing_s/step"] for r in train_rows]
-        final = train_rows[-1] if train_rows else {}
-        record.update(
-            steps_completed=len(train_rows),
-            seconds_per_step=round(sorted(step_times[1:])[len(step_times[1:]) // 2], 2) if len(step_times) > 1 else None,
-            first_step_s=round(step_times[0], 1) if step_times else None,
-            wall_s=round(sum(x["wall_s"] for x in record["launches"]), 1),
-            reward_first=train_rows[0].get("critic/score/mean") if train_rows else None,
-            reward_last=final.get("critic/score/mean"),
-            final_metrics={k: v for k, v in final.items() if isinstance(v, (int, float))},
-            validation={k: v for r in rows for k, v in r.items() if k.startswith("val-")},
-        )
-        if "algorithm.filter_groups.enable=true" in RUNS[run]:
-            # verl's own count of groups evicted by dynamic sampling (uids whose `acc` is all-equal)
-            evicted = [int(r.get("training/filter_groups/evicted_samples", 0)) for r in train_rows]
-            record.update(dynamic_sampling=True, evicted_groups_per_step=evicted, evicted_groups_total=sum(evicted))
-            if train_rows and not sum(evicted):
-                failures.append(f"{run}: dynamic sampling evicted no group in {len(train_rows)} steps")
-        record["startup_s"] = round(record["wall_s"] - sum(step_times), 1) if step_times else None
-        record["repeated_steps"] = metrics.repeated_steps
-        bad = [f"{run}: step {r['step']} {k}={v}" for r in rows for k, v in r.items() if not finite(v)]
-        failures += bad
-        missing = [k for k in EXPECTED_GTPO[run] if not all(k in r for r in train_rows)]
-        if train_rows and missing:
-            failures.append(f"{run}: gtpo metrics missing in some step: {missing}")
-        if record["steps_completed"] < args.steps and not any(x["returncode"] for x in record["launches"][1 if drill else 0:]):
-            failures.append(f"{run}: {record['steps_completed']} of {args.steps} steps")
-        summary[run] = record
-
-    base_step = (summary.get("DAPO") or {}).get("seconds_per_step")
-    for run, record in summary.items():
-        if base_step and record.get("seconds_per_step"):
-            record["step_time_ratio_to_DAPO"] = round(record["seconds_per_step"] / base_step, 2)
-    summary["_demo"] = {"wall_s": round(time.time() - started, 1), "failures": failures, "steps": args.steps}
-    with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-    if history:
-        draw(summary, history, os.path.join(out, "curves.png"))
-
-    print(f"\n{'run':<11} {'steps':>5} {'s/step':>7} {'vs DAPO':>7} {'start-up s':>10} {'evicted':>7} {'reward first→last':>18}")
-    for run, record in summary.items():
-        if run.startswith("_"):
-            continue
-        fmt = lambda x: "-" if x is None else f"{x:.3g}"  # noqa: E731
-        print(
-            f"{run:<11} {record['steps_completed']:>5} {fmt(record['seconds_per_step']):>7} "
-            f"{fmt(record.get('step_time_ratio_to_DAPO')):>7} {fmt(record['startup_s']):>10} "
-            f"{record.get('evicted_groups_total', '-'):>7} "
-            f"{fmt(record['reward_first']):>8} → {fmt(record['reward_last']):<8}"
-        )
-    print(f"demo wall time {summary['_demo']['wall_s']:.0f} s; summary in {out}/summary.json, curves in {out}/curves.png")
-    for failure in failures:
-        print("FAILED:", failure)
-    return 1 if failures else 0
+        launches = [("interrupted", overrides), ("resumed", overrides)] if drill else [("train", overrides)]
+        dynamic_sampling = "algorithm.filter_groups.enable=true" in RUNS[run]
+        summary[run], history[run], run_failures = train_run(
+            run, launches, run_dir, args.steps, args.timeout, dynamic_sampling, EXPECTED_GTPO[run], drill=drill)
+        failures += run_failures
+    return write_summary(summary, history, failures, out, started, args.steps)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,437 @@
+"""What each method's mechanism does on one real batch of a pretrained LM (docs/real_lm.md).
+
+    .venv-demo/bin/python examples/cpu_demo/lm_mechanism.py FIXTURE_STEM [--demo-summary outputs/demo_lm/summary.json] [--out results.json]
+
+Every number is computed from the committed audit fixture (``lm_fixture.py``: safetensors + JSON)
+by the definitions below, in float64, over the non-padding rows; the same definitions are applied
+to the lab's two tasks at their warm start and to the CPU demo's tiny random-init model
+(``tests/fixtures/lab/real_step_gtpo_token.json``), so the three are comparable.
+
+Definitions (H_{i,t} the old-policy entropy, o_i the valid tokens of response i, ⟨H⟩_i their mean):
+
+- entropy profile: median and 90th percentile (linear interpolation) of H over all valid tokens;
+  the share of valid tokens with H > 0.7; per response, the share of Σ_t H_{i,t} held by its
+  top ⌈0.1·|o_i|⌉ and ⌈0.2·|o_i|⌉ tokens by entropy, averaged over responses with Σ_t H > 0.
+- Paper A's δ (S16, official reading δ_i = 1[⟨H⟩_i ≤ δ]): the share of responses with ⟨H⟩_i > δ,
+  for δ = 0.7, ln 2, and 1.5·⟨H⟩_ini with ⟨H⟩_ini the batch mean of ⟨H⟩_i (the step-1 batch:
+  the initial model; the lab's GTPO_TRAJ_SCALED rule).
+- GTPO-token's bonus (S18): on each group's successes (score > 0), b_{i,t} = H_{i,t} / Σ_{k∈O+_t} H_{k,t} · d_t
+  (α2 cancels in a share); the share of Σ b landing on each success response's top ⌈0.2·|o_i|⌉
+  entropy tokens, and the token classes of those tokens (``token_class``); the share of success
+  tokens alone in their column (d_t = 1), where b = 1 whatever the entropy.
+- GRPO-S (S31): the success weights Ĥ_i / Σ_{k∈O+} Ĥ_k · n (mean 1 in every group): min, max,
+  std (population) and the 10th / 90th percentiles over all successes.
+- the conflict mask (A.3): A_i = r_i − mean_group(r); for responses with A_i ≠ 0 the leading runs
+  k_f, k_b of positions whose token some opposite-sign response of the group shares at the same
+  position from the start (forward) or from its own end (backward); the share of those responses'
+  valid tokens in F_i ∪ B_i, and the token classes of the tokens in the runs.
+- all-equal groups: the groups verl's dynamic sampling evicted at that step
+  (``training/filter_groups/evicted_samples``) over the groups it generated (kept + evicted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DEMO_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "lab", "real_step_gtpo_token.json")
+DELTA_OFFICIAL, SCALED_FACTOR = 0.7, 1.5
+CLASSES = ("digit", "operator", "word", "format")
+OPERATORS = set("+-=*/×÷")
+
+
+def token_class(text: str) -> str:
+    """``digit`` (holds a digit), ``operator`` (+ − = * / alone), ``word`` (holds a letter), else ``format``
+    (whitespace, punctuation, the chat's special tokens such as ``<|im_end|>``)."""
+    if re.fullmatch(r"<\|[^|]*\|>", text.strip()):
+        return "format"
+    if any(c.isdigit() for c in text):
+        return "digit"
+    if text.strip() and set(text.strip()) <= OPERATORS:
+        return "operator"
+    if any(c.isalpha() for c in text):
+        return "word"
+    return "format"
+
+
+def load_fixture(stem: str) -> dict:
+    """The fixture's tensors as float64 / int64 numpy arrays plus its sidecar, padding rows dropped."""
+    from safetensors.numpy import load_file
+
+    arrays = load_file(stem + ".safetensors")
+    with open(stem + ".json") as f:
+        meta = json.load(f)
+    keep = ~np.asarray(meta["is_padding"], dtype=bool)
+    return {
+        "entropy": arrays["entropys"].astype(np.float64)[keep],
+        "mask": arrays["response_mask"].astype(np.int64)[keep],
+        "ids": arrays["responses"].astype(np.int64)[keep],
+        "scores": arrays["scores"].astype(np.float64)[keep],
+        "uids": [u for u, k in zip(meta["uids"], keep) if k],
+        "token_text": meta.get("token_text", {}),
+        "meta": meta,
+    }
+
+
+def top_share(entropy: np.ndarray, mask: np.ndarray, fraction: float) -> np.ndarray:
+    """Per response: the share of Σ_t H_{i,t} on its top ⌈fraction·|o_i|⌉ tokens (NaN where Σ H = 0)."""
+    valid = mask > 0
+    h = np.where(valid, np.clip(entropy, 0.0, None), -np.inf)
+    ranked = -np.sort(-h, axis=1)  # descending, masked positions last
+    lengths = valid.sum(1)
+    k = np.ceil(fraction * lengths).astype(np.int64)
+    take = np.arange(h.shape[1])[None, :] < k[:, None]
+    top = np.where(take, ranked, 0.0).sum(1)
+    total = np.where(valid, np.clip(entropy, 0.0, None), 0.0).sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, top / total, np.nan)
+
+
+def top_mask(entropy: np.ndarray, mask: np.ndarray, fraction: float) -> np.ndarray:
+    """(B, T) bool: each response's top ⌈fraction·|o_i|⌉ valid tokens by entropy (ties: earlier position first)."""
+    valid = mask > 0
+    h = np.where(valid, entropy, -np.inf)
+    order = np.argsort(-h, axis=1, kind="stable")
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(h.shape[1])[None, :].repeat(h.shape[0], 0), axis=1)
+    k = np.ceil(fraction * valid.sum(1)).astype(np.int64)
+    return valid & (rank < k[:, None])
+
+
+def mean_entropy(entropy: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    valid = mask > 0
+    return np.where(valid, entropy, 0.0).sum(1) / np.maximum(valid.sum(1), 1)
+
+
+def entropy_profile(entropy: np.ndarray, mask: np.ndarray) -> dict:
+    values = entropy[mask > 0]
+    per_response = mean_entropy(entropy, mask)
+    return {
+        "responses": int(mask.shape[0]),
+        "tokens": int(values.size),
+        "token_mean": float(values.mean()),
+        "median": float(np.median(values)),
+        "p90": float(np.quantile(values, 0.9)),
+        "share_above_0.7": float((values > DELTA_OFFICIAL).mean()),
+        "top10_share": float(np.nanmean(top_share(entropy, mask, 0.1))),
+        "top20_share": float(np.nanmean(top_share(entropy, mask, 0.2))),
+        "response_mean_min": float(per_response.min()),
+        "response_mean_max": float(per_response.max()),
+        "mean_length": float((mask > 0).sum(1).mean()),
+    }
+
+
+def delta_filter(entropy: np.ndarray, mask: np.ndarray) -> dict:
+    """Share of responses δ removes (⟨H⟩_i > δ) at 0.7, ln 2 and 1.5·⟨H⟩_ini."""
+    per_response = mean_entropy(entropy, mask)
+    initial = float(per_response.mean())
+    out = {"initial_entropy": initial, "scaled_threshold": SCALED_FACTOR * initial}
+    for name, threshold in (("0.7", DELTA_OFFICIAL), ("ln2", math.log(2)), ("scaled", SCALED_FACTOR * initial)):
+        out[f"filtered_at_{name}"] = float((per_response > threshold).mean())
+    return out
+
+
+def group_index(uids: list[str]) -> np.ndarray:
+    first: dict[str, int] = {}
+    return np.array([first.setdefault(u, len(first)) for u in uids])
+
+
+def gtpo_bonus(entropy: np.ndarray, mask: np.ndarray, scores: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """(B, T) b_{i,t} = H_{i,t} / Σ_{k∈O+_t} H_{k,t} · d_t on success tokens, 0 elsewhere (S18 without α2)."""
+    h = np.clip(entropy, 0.0, None)
+    active = (mask > 0) & (scores > 0)[:, None]
+    bonus = np.zeros_like(h)
+    for g in np.unique(groups):  # one group at a time: a handful of groups per batch
+        rows = groups == g
+        a, hg = active[rows], np.where(active[rows], h[rows], 0.0)
+        column_sum, d = hg.sum(0), a.sum(0)
+        uniform = column_sum <= 0  # all-zero column: each active success gets share 1
+        share = np.where(uniform[None, :], 1.0, hg / np.where(uniform, 1.0, column_sum)[None, :] * d[None, :])
+        bonus[rows] = np.where(a, share, 0.0)
+    return bonus
+
+
+def lone_success_tokens(mask: np.ndarray, scores: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """(B, T) bool: success tokens whose column has d_t = 1; there (S18) gives b = H/H · 1 = 1 whatever the entropy."""
+    active = (mask > 0) & (scores > 0)[:, None]
+    lone = np.zeros_like(active)
+    for g in np.unique(groups):
+        rows = groups == g
+        lone[rows] = active[rows] & (active[rows].sum(0) == 1)[None, :]
+    return lone
+
+
+def class_shares(ids: np.ndarray, selected: np.ndarray, token_text: dict, weights: np.ndarray | None = None) -> dict:
+    """Share of the selected tokens (or of ``weights`` over them) by ``token_class``."""
+    classes = np.array([token_class(token_text.get(str(i), "")) for i in ids[selected]])
+    w = np.ones(classes.size) if weights is None else weights[selected]
+    total = w.sum()
+    return {c: float(w[classes == c].sum() / total) if total > 0 else 0.0 for c in CLASSES}
+
+
+def top_pieces(ids: np.ndarray, selected: np.ndarray, token_text: dict, count: int = 12) -> list:
+    values, counts = np.unique(ids[selected], return_counts=True)
+    order = np.argsort(-counts, kind="stable")[:count]
+    return [[token_text.get(str(int(values[i])), "?"), int(counts[i])] for i in order]
+
+
+def grpo_s_weights(entropy: np.ndarray, mask: np.ndarray, scores: np.ndarray, groups: np.ndarray) -> dict:
+    per_response = mean_entropy(entropy, mask)
+    weights = []
+    for g in np.unique(groups):
+        success = (groups == g) & (scores > 0)
+        if success.any():
+            weights += list(per_response[success] / per_response[success].sum() * success.sum())
+    w = np.asarray(weights)
+    return {"successes": int(w.size), "min": float(w.min()), "max": float(w.max()), "std": float(w.std()),
+            "p10": float(np.quantile(w, 0.1)), "p90": float(np.quantile(w, 0.9))}
+
+
+def conflict_runs(ids: np.ndarray, mask: np.ndarray, scores: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(B, T) bool M_{i,t} (F_i ∪ B_i) and (B,) bool "A_i ≠ 0", by the tie rule of spec A.1."""
+    lengths = (mask > 0).sum(1)
+    advantage = np.zeros_like(scores)
+    for g in np.unique(groups):
+        rows = groups == g
+        advantage[rows] = scores[rows] - scores[rows].mean()
+        tolerance = 1e-6 * (1 + np.abs(scores[rows]).mean())
+        advantage[rows] = np.where(np.abs(advantage[rows]) <= tolerance, 0.0, advantage[rows])
+    sign = np.sign(advantage)
+    runs = np.zeros(mask.shape, dtype=bool)
+    for i in np.flatnonzero(sign != 0):
+        partners = np.flatnonzero((groups == groups[i]) & (sign == -sign[i]))
+        forward = backward = 0
+        while forward < lengths[i] and any(lengths[j] > forward and ids[j, forward] == ids[i, forward] for j in partners):
+            forward += 1
+        while backward < lengths[i] and any(
+            lengths[j] > backward and ids[j, lengths[j] - 1 - backward] == ids[i, lengths[i] - 1 - backward] for j in partners
+        ):
+            backward += 1
+        runs[i, :forward] = True
+        runs[i, lengths[i] - backward : lengths[i]] = True
+    return runs, sign != 0
+
+
+def analyse_fixture(stem: str) -> dict:
+    data = load_fixture(stem)
+    entropy, mask, ids, scores, text = data["entropy"], data["mask"], data["ids"], data["scores"], data["token_text"]
+    groups = group_index(data["uids"])
+    valid = mask > 0
+    bonus = gtpo_bonus(entropy, mask, scores, groups)
+    success_tokens = valid & (scores > 0)[:, None]
+    top20 = top_mask(entropy, mask, 0.2) & success_tokens
+    runs, active = conflict_runs(ids, mask, scores, groups)
+    active_tokens = valid & active[:, None]
+    group_scores = [scores[groups == g] for g in np.unique(groups)]
+    metrics = data["meta"].get("step_metrics", {})
+    evicted = metrics.get("training/filter_groups/evicted_samples")
+    kept = len(group_scores)
+    return {
+        "fixture": {"rows": int(mask.shape[0]), "groups": kept, "tokens": int(valid.sum()),
+                    "estimator": data["meta"]["estimator"], "step": data["meta"]["step"],
+                    "pass_rate": float((scores > 0).mean())},
+        "profile": entropy_profile(entropy, mask),
+        "delta": delta_filter(entropy, mask),
+        "gtpo_token": {
+            "bonus_share_on_top20": float(bonus[top20].sum() / bonus[success_tokens].sum()),
+            "success_tokens_alone_in_column": float(lone_success_tokens(mask, scores, groups)[success_tokens].mean()),
+            "successes_per_group": [int((scores[groups == g] > 0).sum()) for g in np.unique(groups)],
+            "entropy_share_on_top20_of_successes": float(np.where(top20, entropy, 0).sum() / np.where(success_tokens, entropy, 0).sum()),
+            "token_share_top20_of_successes": float(top20.sum() / success_tokens.sum()),
+            "top20_token_classes": class_shares(ids, top20, text),
+            "top20_bonus_classes": class_shares(ids, top20, text, bonus),
+            "all_token_classes": class_shares(ids, valid, text),
+            "top20_most_common": top_pieces(ids, top20, text),
+        },
+        "grpo_s": grpo_s_weights(entropy, mask, scores, groups),
+        "conflict": {
+            "active_responses": int(active.sum()),
+            "token_share_in_runs": float(runs[active_tokens].mean()) if active_tokens.any() else 0.0,
+            "token_share_in_runs_all_valid": float(runs[valid].sum() / valid.sum()),
+            "run_token_classes": class_shares(ids, runs & valid, text) if runs.any() else {},
+            "run_most_common": top_pieces(ids, runs & valid, text),
+        },
+        "all_equal": {"groups_in_batch_all_equal": int(sum(np.all(s == s[0]) for s in group_scores)),
+                      "evicted_groups_at_step": evicted,
+                      "evicted_share_at_step": None if evicted is None else float(evicted / (evicted + kept))},
+        "step_metrics": {k: metrics[k] for k in sorted(metrics) if k.startswith(("timing_s/", "actor/pg_clipfrac", "training/filter_groups"))},
+    }
+
+
+def profile_of_demo_model(path: str = DEMO_FIXTURE) -> dict:
+    """The CPU demo's tiny random-init Qwen2 after its warm start: step 1 of its DAPO_TOKEN run."""
+    from gtpo_verl.trainer.audit_dump import load_audit_step
+
+    record = load_audit_step(path)  # safetensors + JSON, nothing unpickled
+    keep = ~np.asarray(record["is_padding"], dtype=bool)
+    entropy = record["entropys"].double().numpy()[keep]
+    mask = record["response_mask"].long().numpy()[keep]
+    return {"profile": entropy_profile(entropy, mask), "delta": delta_filter(entropy, mask)}
+
+
+def profile_of_lab_task(task_name: str, seeds=(0, 1, 2)) -> dict:
+    """The lab's tiny policy at its warm start: one batch (8 prompts × 8 responses) per seed, pooled."""
+    import torch
+
+    from gtpo_verl.lab.policy import TinyCausalLM, init_seed, score
+    from gtpo_verl.lab.tasks import TASKS, VOCAB, PromptStream
+    from gtpo_verl.lab.train import SALT_PROMPTS, SALT_SAMPLER, LabSize, _rollout, warm_start
+
+    size, task = LabSize(), TASKS[task_name]
+    entropies, masks = [], []
+    for seed in seeds:
+        model = TinyCausalLM(len(VOCAB), size.policy)
+        model.load_state_dict(warm_start(task, seed, size))
+        problems = PromptStream(task, init_seed(seed, SALT_PROMPTS)).take(size.prompts)
+        generator = torch.Generator().manual_seed(init_seed(seed, SALT_SAMPLER))
+        with torch.no_grad():
+            prompts, responses, mask, _ = _rollout(model, task, problems, size.group, size.temperature, generator)
+            _, entropy = score(model, prompts, responses, size.temperature)
+        entropies.append(entropy.double().numpy())
+        masks.append(mask.numpy())
+    width = max(e.shape[1] for e in entropies)
+    entropy = np.concatenate([np.pad(e, ((0, 0), (0, width - e.shape[1]))) for e in entropies])
+    mask = np.concatenate([np.pad(m, ((0, 0), (0, width - m.shape[1]))) for m in masks])
+    return {"profile": entropy_profile(entropy, mask), "delta": delta_filter(entropy, mask), "seeds": list(seeds)}
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
+def runs_digest(summary: dict) -> dict:
+    """Per run of a ``run_lm_demo`` summary.json: cost, start → end of the curves, the mechanisms' logged shares."""
+    out = {}
+    for run, record in summary.items():
+        if run.startswith("_"):
+            continue
+        curves = record.get("curves", {})
+
+        def ends(key):
+            series = [v for v in curves.get(key, []) if v is not None]
+            return [series[0], series[-1]] if series else None
+
+        peaks = record.get("peak_rss_mb", {})
+        out[run] = {
+            "steps": record["steps_completed"], "seconds_per_step": record["seconds_per_step"],
+            "first_step_s": record["first_step_s"], "startup_s": record["startup_s"], "wall_s": record["wall_s"],
+            "reward": ends("critic/score/mean"), "token_mean_entropy": ends("gtpo/entropy/batch_mean"),
+            "response_length": ends("response_length/mean"), "length_cap_share": ends("response_length/clip_ratio"),
+            "clipfrac_mean": _mean(curves.get("actor/pg_clipfrac", [])),
+            "evicted_groups_per_step": record.get("evicted_groups_per_step"),
+            "delta_filtered_per_step": [v for v in curves.get("gtpo/delta/filtered_frac", []) if v is not None] or None,
+            "val_mean@4": record.get("validation", {}).get("val-core/openai/gsm8k/acc/mean@4"),
+            "phases": record.get("phases", {}),
+            "peak_rss_mb": {k: v for k, v in peaks.items() if k == "_tree_total_pss" or v >= 500},
+        }
+    return out
+
+
+def _f(value, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def render(result: dict) -> str:
+    """The page's tables (markdown) from a results.json."""
+    batches = {"real LM, fixture (DAPO_TOKEN step 1)": result["real_lm"]}
+    batches.update({f"real LM, {name}": value for name, value in result.get("real_lm_batches", {}).items()})
+    batches.update({"lab max_digit (warm start)": result.get("lab_max_digit"), "lab digit_sum (warm start)": result.get("lab_digit_sum"),
+                    "CPU demo's tiny Qwen2 (step 1)": result.get("demo_tiny_qwen2")})
+    lines = ["| batch | responses | mean length | token-mean H | median | p90 | share > 0.7 | top-10 % share | top-20 % share "
+             "| δ filters at 0.7 | at ln 2 | at 1.5·⟨H⟩_ini (threshold) |", "|---" * 12 + "|"]
+    for name, value in batches.items():
+        if not value:
+            continue
+        p, d = value["profile"], value["delta"]
+        lines.append(f"| {name} | {p['responses']} | {p['mean_length']:.1f} | {_f(p['token_mean'], 2)} | {_f(p['median'], 2)} "
+                     f"| {_f(p['p90'], 2)} | {_f(p['share_above_0.7'])} | {_f(p['top10_share'])} | {_f(p['top20_share'])} "
+                     f"| {_f(d['filtered_at_0.7'])} | {_f(d['filtered_at_ln2'])} | {_f(d['filtered_at_scaled'])} ({d['scaled_threshold']:.2f}) |")
+    lines += ["", "| real-LM batch | successes | GTPO bonus on top-20 % tokens (their token share) | GRPO-S weight min / max / std "
+              "| tokens in conflict runs | evicted groups at the step | clip fraction at the step |", "|---" * 7 + "|"]
+    for name, value in batches.items():
+        if not value or "gtpo_token" not in value:
+            continue
+        g, w, c, a = value["gtpo_token"], value["grpo_s"], value["conflict"], value["all_equal"]
+        clip = value.get("step_metrics", {}).get("actor/pg_clipfrac")
+        evicted = a["evicted_groups_at_step"]
+        lines.append(f"| {name} | {w['successes']} | {_f(g['bonus_share_on_top20'])} ({_f(g['token_share_top20_of_successes'])}) "
+                     f"| {_f(w['min'], 2)} / {_f(w['max'], 2)} / {_f(w['std'], 2)} | {_f(c['token_share_in_runs'])} "
+                     f"| {'–' if evicted is None else int(evicted)} of {value['fixture']['groups'] + int(evicted or 0)} | {_f(clip, 4)} |")
+    runs = result.get("demo_lm_runs", {})
+    if runs:
+        lines += ["", "| run | steps | s/step (first) | start-up s | reward first → last | token-mean H first → last "
+                  "| length first → last | clip fraction | evicted groups / step | δ filtered / step | validation mean@4 |",
+                  "|---" * 11 + "|"]
+        for run, r in runs.items():
+            pair = lambda v, d=2: "–" if not v else f"{v[0]:.{d}f} → {v[1]:.{d}f}"  # noqa: E731
+            lines.append(f"| {run} | {r['steps']} | {_f(r['seconds_per_step'], 1)} ({_f(r['first_step_s'], 0)}) | {_f(r['startup_s'], 0)} "
+                         f"| {pair(r['reward'], 3)} | {pair(r['token_mean_entropy'])} | {pair(r['response_length'], 1)} "
+                         f"| {_f(r['clipfrac_mean'], 4)} | {r['evicted_groups_per_step'] or '–'} "
+                         f"| {[round(x, 2) for x in r['delta_filtered_per_step']] if r['delta_filtered_per_step'] else '–'} "
+                         f"| {_f(r['val_mean@4'])} |")
+        lines += ["", "| run | generation | old log-probs + entropy | advantage (estimator) | actor update | weight sync "
+                  "| peak RSS: FSDP actor / vLLM worker / whole tree (PSS) MiB |", "|---" * 7 + "|"]
+        for run, r in runs.items():
+            ph, pk = r["phases"], r["peak_rss_mb"]
+            share = lambda k: "–" if f"{k}_share" not in ph else f"{ph[k + '_s']:.1f} s ({100 * ph[k + '_share']:.1f} %)"  # noqa: E731
+            lines.append(f"| {run} | {share('gen')} | {share('old_log_prob')} | {share('adv')} | {share('update_actor')} "
+                         f"| {share('update_weights')} | {_f(pk.get('ray::WorkerDict'), 0)} / {_f(pk.get('VLLM::Worker'), 0)} "
+                         f"/ {_f(pk.get('_tree_total_pss'), 0)} |")
+    fixture = result["real_lm"]
+    lines += ["", "| tokens (fixture) | digit | operator | word | format |", "|---" * 5 + "|"]
+    for label, key in (("all valid tokens", "all_token_classes"), ("top-20 % entropy tokens of successes", "top20_token_classes"),
+                       ("GTPO bonus on those tokens", "top20_bonus_classes")):
+        shares = fixture["gtpo_token"][key]
+        lines.append(f"| {label} | " + " | ".join(_f(shares[c]) for c in CLASSES) + " |")
+    shares = fixture["conflict"]["run_token_classes"]
+    if shares:
+        lines.append("| tokens in conflict runs | " + " | ".join(_f(shares[c]) for c in CLASSES) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("fixture", nargs="?", help="fixture stem (without .safetensors / .json)")
+    parser.add_argument("--batch", action="append", default=[], metavar="NAME=STEM",
+                        help="another real-LM batch (a fixture written by lm_fixture.py) to analyse the same way")
+    parser.add_argument("--demo-summary", help="a run_lm_demo summary.json whose runs to digest (cost, curves, logged shares)")
+    parser.add_argument("--out", help="write the numbers here as JSON")
+    parser.add_argument("--markdown", metavar="RESULTS_JSON", help="print the page's tables from a results.json and exit")
+    parser.add_argument("--compare", action=argparse.BooleanOptionalAction, default=True,
+                        help="also profile the lab's tasks and the demo's tiny model")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        with open(args.markdown) as f:
+            print(render(json.load(f)))
+        return 0
+    if not args.fixture:
+        parser.error("a fixture stem is required (or --markdown RESULTS_JSON)")
+    result = {"real_lm": analyse_fixture(args.fixture)}
+    if args.batch:
+        result["real_lm_batches"] = {name: analyse_fixture(stem) for name, stem in (b.split("=", 1) for b in args.batch)}
+    if args.demo_summary:
+        with open(args.demo_summary) as f:
+            result["demo_lm_runs"] = runs_digest(json.load(f))
+    if args.compare:
+        result["demo_tiny_qwen2"] = profile_of_demo_model()
+        for name in ("max_digit", "digit_sum"):
+            result[f"lab_{name}"] = profile_of_lab_task(name)
+    text = json.dumps(result, indent=1, ensure_ascii=False)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    print(render(result) if args.compare else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

