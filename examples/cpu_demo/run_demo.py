@@ -5,14 +5,18 @@ gloo) through `python -m gtpo_verl.main`, for DAPO, DAPO_TOKEN, DAPO_SEQ and GTP
     .venv-demo/bin/python examples/cpu_demo/run_demo.py [--steps 12] [--out outputs/demo]
 
 Writes OUT/summary.json (per run: steps, final metrics incl. every gtpo/ metric, seconds per
-step, start-up time; for the DAPO runs the groups dynamic sampling evicted) and OUT/curves.png (reward, entropy, response length per run), prints a
-table, and exits non-zero if a run fails, a metric is NaN, an expected gtpo/ metric is
-missing, or a DAPO run evicted no group (CI relies on that).
+step, start-up time; for the DAPO runs the groups dynamic sampling evicted), OUT/curves.png (reward, entropy, response length per run) and
+OUT/report.html (`gtpo-report` of the four runs: every panel, config, warnings, pass@k from the
+validation samples; docs/report.md), prints a table, and exits non-zero if a run fails, a metric
+is NaN, an expected gtpo/ metric is missing, a DAPO run evicted no group, or the report cannot be
+written (CI relies on that). Each run's folder OUT/<run>/ holds its metrics files (one per launch),
+its Hydra config (.hydra/config.yaml), its validation samples (validation/) and its logs.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -192,12 +196,17 @@ def main() -> int:
     for run in args.runs.split(","):
         run_dir = os.path.join(out, run)
         os.makedirs(run_dir, exist_ok=True)
+        for stale in glob.glob(os.path.join(run_dir, "metrics_*.jsonl")) + glob.glob(os.path.join(run_dir, "validation", "*.jsonl")):
+            os.remove(stale)  # the report reads every metrics file and sample dump of the folder
         resume = run in RESUMED
         first_steps = args.steps - 2 if resume else args.steps
         base = common_overrides(args, data_dir, model_dir, first_steps) + RUNS[run] + [
             f"trainer.experiment_name={run}",
             f"trainer.default_local_dir={run_dir}/checkpoints",
             f"trainer.save_freq={first_steps if resume else -1}",
+            # the run folder gtpo-report reads: Hydra's saved config and verl's validation samples
+            f"hydra.run.dir={run_dir}",
+            f"trainer.validation_data_dir={run_dir}/validation",
         ] + args.set
         launches = [("train", base)]
         if resume:  # relaunch: verl resumes from the checkpoint (and our state) and runs the rest
@@ -248,6 +257,14 @@ def main() -> int:
     for run, record in summary.items():
         if base_step and record.get("seconds_per_step"):
             record["step_time_ratio_to_DAPO"] = round(record["seconds_per_step"] / base_step, 2)
+    if history:
+        try:
+            from gtpo_verl.tools.report import ReportInputError, write_report
+
+            write_report({run: os.path.join(out, run) for run in history}, os.path.join(out, "report.html"),
+                         title=f"gtpo_verl CPU demo ({args.steps} steps)")
+        except (ReportInputError, OSError) as error:
+            failures.append(f"report.html: {error}")
     summary["_demo"] = {"wall_s": round(time.time() - started, 1), "failures": failures, "steps": args.steps}
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
@@ -265,7 +282,8 @@ def main() -> int:
             f"{record.get('evicted_groups_total', '-'):>7} "
             f"{fmt(record['reward_first']):>8} → {fmt(record['reward_last']):<8}"
         )
-    print(f"demo wall time {summary['_demo']['wall_s']:.0f} s; summary in {out}/summary.json, curves in {out}/curves.png")
+    print(f"demo wall time {summary['_demo']['wall_s']:.0f} s; summary in {out}/summary.json, curves in {out}/curves.png, "
+          f"report in {out}/report.html")
     for failure in failures:
         print("FAILED:", failure)
     return 1 if failures else 0
