@@ -181,7 +181,7 @@ def read_run(paths: list[str], name: Optional[str] = None, folder: Optional[str]
                 rewritten[step] = rewritten.get(step, 0) + again
             into.update(data)
         steps = [step for step, _ in rows]
-        files.append(MetricFile(path, len(rows), min(steps, default=None), max(steps, default=None)))
+        files.append(MetricFile(os.path.abspath(path), len(rows), min(steps, default=None), max(steps, default=None)))
     if not merged:
         raise ReportInputError(f"run {name or paths[0]!r}: no metric rows in {', '.join(paths)} "
                                "(expected verl's file logger JSONL: {\"step\": N, \"data\": {...}} per line)")

@@ -64,6 +64,7 @@
     if (!group) groups.push((group = { name: run.group, runs: [], color: PALETTE[groups.length % PALETTE.length] }));
     group.runs.push(run);
   }
+  report.groups = groups.map((g) => ({ name: g.name, color: g.color, runs: g.runs.map((r) => r.name) }));
 
   // ---- one chart: the panel's metrics × methods; several seeds → mean, min–max band, thin seed lines ----
   function chartData(metrics) {
@@ -129,7 +130,8 @@
   function drawChart(card, section, panel, width, height) {
     const { xs, lines, columns } = chartData(panel.metrics);
     const data = [Array.from(xs), ...columns];
-    const series = [{ label: "step", value: (u, v) => fmt(v) }].concat(lines.map((l) => ({
+    // away from the chart the legend holds each line's last logged value, each at its own step
+    const series = [{ label: "step", value: (u, v) => (u.cursor.idx == null ? "last logged" : fmt(v)) }].concat(lines.map((l) => ({
       label: l.label, stroke: l.color, width: l.width, dash: l.dash, spanGaps: true, value: (u, v) => fmt(v),
       points: { show: (u, si) => xs.length < 60 || data[si].filter((v) => v !== null).length < 60, size: 4 },
     })));
@@ -177,7 +179,7 @@
     if (queue.length) requestAnimationFrame(schedule);
     else if (!report.done) {
       report.done = true;
-      report.drawMs = performance.now() - started;
+      if (report.drawMs === null) report.drawMs = performance.now() - started;  // the first screen: every panel
       document.body.dataset.drawn = String(report.drawn);
     }
   }
