@@ -257,12 +257,12 @@ def main() -> int:
     for run, record in summary.items():
         if base_step and record.get("seconds_per_step"):
             record["step_time_ratio_to_DAPO"] = round(record["seconds_per_step"] / base_step, 2)
-    if history:
+    logged = {run: os.path.join(out, run) for run in history if history[run]}  # a run that failed at start logged nothing
+    if logged:
         try:
             from gtpo_verl.tools.report import ReportInputError, write_report
 
-            write_report({run: os.path.join(out, run) for run in history}, os.path.join(out, "report.html"),
-                         title=f"gtpo_verl CPU demo ({args.steps} steps)")
+            write_report(logged, os.path.join(out, "report.html"), title=f"gtpo_verl CPU demo ({args.steps} steps)")
         except (ReportInputError, OSError) as error:
             failures.append(f"report.html: {error}")
     summary["_demo"] = {"wall_s": round(time.time() - started, 1), "failures": failures, "steps": args.steps}

@@ -197,14 +197,19 @@ def test_the_trainers_warnings_come_back_from_its_flags(tmp_path):
 
 def test_gtpo_warning_lines_are_found_in_the_run_logs(tmp_path):
     (tmp_path / "train.log").write_text("\n".join([
-        "(TaskRunner pid=41) gtpo health: the δ entropy filter drops 93% of responses ... (running mean 0.930, threshold 0.90)",
+        "\x1b[36m(TaskRunner pid=41)\x1b[0m gtpo health: the δ entropy filter drops 93% of responses ... (running mean 0.930, threshold 0.90)",
         "(TaskRunner pid=41) gtpo health: the δ entropy filter drops 93% of responses ... (running mean 0.930, threshold 0.90)",
         "[2026-01-01 00:00:00,000][gtpo_verl.trainer.validation][WARNING] - grpo_s without its loss departs from Paper B",
         "/x/validation.py:27: GTPOConfigWarning: grpo_s without its loss departs from Paper B",
         "(WorkerDict pid=7) INFO vllm: nothing to see",
         "(TaskRunner pid=41) gtpo: mean old-policy entropy 1.2000 is 1.80x its running baseline (threshold 1.50x)",
     ]) + "\n")
+    (tmp_path / "main.log").write_text(
+        "[2026-01-01 00:05:00,000][gtpo_verl.trainer.validation][WARNING] - grpo_s without its loss departs from Paper B\n")
     found = log_warnings(str(tmp_path), [])
-    assert len(found) == 4  # the repeated health line once; the vLLM line not at all
-    assert all(line.startswith("train.log: ") for line in found)
-    assert not any("nothing to see" in line for line in found)
+    # each message once, whatever Ray, Hydra or `warnings` put before it; the vLLM line not at all
+    assert found == [
+        "main.log: grpo_s without its loss departs from Paper B",
+        "train.log: gtpo health: the δ entropy filter drops 93% of responses ... (running mean 0.930, threshold 0.90)",
+        "train.log: gtpo: mean old-policy entropy 1.2000 is 1.80x its running baseline (threshold 1.50x)",
+    ]

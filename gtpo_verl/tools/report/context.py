@@ -26,6 +26,7 @@ CONFIG_FILES = (".hydra/config.yaml", "config.yaml")
 # and the start-up GTPOConfigWarning, whatever prefix Ray or Hydra put before them
 LOG_WARNING = re.compile(r"GTPOConfigWarning|gtpo (?:health|watchdog):|gtpo: |\[gtpo_verl[.\w]*\]\[WARNING\]")
 MAX_LOG_WARNINGS = 50
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours Ray puts around a worker's prefix
 # shown first in each run's config: what tells two runs apart
 KEY_SETTINGS = (
     "algorithm.adv_estimator",
@@ -128,8 +129,18 @@ def metric_warnings(run: Run) -> list[str]:
     return found
 
 
+def warning_message(line: str) -> str:
+    """The message of a warning line, without what Ray, Hydra or ``warnings`` put before it."""
+    line = ANSI.sub("", line).strip()
+    line = re.sub(r"^\(.*?\)\s*", "", line)  # Ray's "(TaskRunner pid=…)" prefix
+    for marker in ("[WARNING] - ", "GTPOConfigWarning: "):  # Hydra's log format; warnings.warn's "file:line: Category: "
+        if marker in line:
+            line = line.split(marker, 1)[1]
+    return line.strip()
+
+
 def log_warnings(folder: Optional[str], notes: list[str]) -> list[str]:
-    """gtpo_verl's warning lines in the folder's ``*.log`` files (each distinct message once)."""
+    """gtpo_verl's warning lines in the folder's ``*.log`` files: each distinct message once, with the log it came from."""
     if not folder:
         return []
     found: dict[str, str] = {}
@@ -138,9 +149,8 @@ def log_warnings(folder: Optional[str], notes: list[str]) -> list[str]:
             with open(path, encoding="utf-8", errors="replace") as handle:
                 for line in handle:
                     if LOG_WARNING.search(line):
-                        message = line.strip()
-                        key = re.sub(r"^\(.*?\)\s*", "", message)  # Ray's "(TaskRunner pid=…)" prefix
-                        found.setdefault(key, f"{path.name}: {message}")
+                        message = warning_message(line)
+                        found.setdefault(message, f"{path.name}: {message}")
         except OSError as error:
             notes.append(f"{path}: not readable ({error.strerror})")
     lines = list(found.values())

@@ -6,6 +6,7 @@
   const DATA = JSON.parse(document.getElementById("report-data").textContent);
   // Tableau 10: one colour per method (a run without seeds is its own method)
   const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+  const STEP_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000];  // whole steps only
   const DASHES = [[], [7, 4], [2, 3], [9, 3, 2, 3], [1, 2], [12, 6]];
   const report = (window.gtpoReport = { charts: [], drawn: 0, pending: 0, done: false, drawMs: null });
   const started = performance.now();
@@ -146,7 +147,7 @@
     const opts = {
       width, height, series, bands,
       scales: { x: { time: false } },
-      axes: [{ label: "step", size: 36, labelSize: 14 }, { size: 62 }],
+      axes: [{ label: "step", size: 36, labelSize: 14, incrs: STEP_INCRS }, { size: 62 }],
       legend: { live: true },
       cursor: { drag: { x: true, y: false } },
       hooks: { setCursor: [(u) => { if (u.cursor.idx == null) u.setLegend({ idxs: last }); }] },
