@@ -213,3 +213,14 @@ def test_gtpo_warning_lines_are_found_in_the_run_logs(tmp_path):
         "train.log: gtpo health: the δ entropy filter drops 93% of responses ... (running mean 0.930, threshold 0.90)",
         "train.log: gtpo: mean old-policy entropy 1.2000 is 1.80x its running baseline (threshold 1.50x)",
     ]
+
+
+def test_nan_and_infinity_spelled_out_are_nulls_too(tmp_path):
+    path = tmp_path / "spelled.jsonl"
+    path.write_text('{"step": 1, "data": {"a": NaN, "b": 1.0}}\n{"step": 2, "data": {"a": Infinity, "b": -Infinity}}\n'
+                    '{"step": 3, "data": {"a": 2.0, "b": [1, 2]}}\n{"step": 4, "data": {"a": [3, 4], "b": [5, 6]}}\n')
+    run = read_run([str(path)])
+    assert run.logged_null["a"].tolist() == [True, True, False, False]
+    assert run.logged_null["b"].tolist() == [False, True, False, False]  # a list is a non-number, not a null
+    assert np.isnan(run.values["a"][[0, 1, 3]]).all() and run.values["a"][2] == 2.0
+    assert "b: not a number at step 3, 4" in "\n".join(run.notes) and "a: not a number at step 4" in "\n".join(run.notes)

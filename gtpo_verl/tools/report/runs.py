@@ -13,6 +13,7 @@ rewrites are counted and listed, never hidden. NaN and ±inf reach the file as `
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -104,8 +105,11 @@ def _read_rows(path: str, notes: list[str]) -> list[tuple[int, dict]]:
             try:
                 row = _loads(line)
             except _DecodeError:
-                bad.append(number)
-                continue
+                try:  # a writer other than verl's may spell NaN / Infinity, which only json accepts
+                    row = json.loads(line)
+                except ValueError:
+                    bad.append(number)
+                    continue
             step, data = (row.get("step"), row.get("data")) if isinstance(row, dict) else (None, None)
             if isinstance(step, bool) or not isinstance(step, int) or not isinstance(data, dict):
                 bad.append(number)
@@ -119,10 +123,11 @@ def _read_rows(path: str, notes: list[str]) -> list[tuple[int, dict]]:
 
 def _columns(merged: dict[int, dict], steps: np.ndarray):
     """``(values, nulls, non_numeric)``: float64 columns aligned with ``steps`` (NaN where not logged),
-    the ``null`` masks, and the steps of values that are not numbers.
+    the masks of non-finite values (``null``, or NaN / ±inf from a writer that spells them), and
+    the steps of values that are not numbers.
 
-    Rows with the same metric names (nearly all of a run's) convert as one matrix; a column
-    holding a non-number falls back to converting its values one by one.
+    Rows with the same metric names (nearly all of a run's) convert as one matrix; a block holding
+    a string, list or object converts cell by cell, and such a value is not drawn.
     """
     position = {int(step): index for index, step in enumerate(steps)}
     blocks: dict[tuple, tuple[list[int], list[list]]] = {}
@@ -135,25 +140,27 @@ def _columns(merged: dict[int, dict], steps: np.ndarray):
     non_numeric: dict[str, list[int]] = {}
     for names, (indices, rows) in blocks.items():
         where = np.asarray(indices)
-        table = np.array(rows, dtype=object)
-        is_null = table == None  # noqa: E711 (element-wise)
-        all_numbers = NUMBER_TYPES.issuperset(map(type, table.ravel()))
+        if NUMBER_TYPES.issuperset(map(type, itertools.chain.from_iterable(rows))):
+            table = np.array(rows, dtype=np.float64)  # None → NaN; bool → 0 / 1
+        else:
+            table = np.full((len(rows), len(names)), np.nan)
+            for i, row in enumerate(rows):
+                for j, cell in enumerate(row):
+                    if type(cell) in NUMBER_TYPES:
+                        table[i, j] = np.nan if cell is None else float(cell)
+                    else:
+                        non_numeric.setdefault(names[j], []).append(int(steps[where[i]]))
+        finite = np.isfinite(table)
         for j, metric in enumerate(names):
-            cells = table[:, j]
-            if all_numbers or NUMBER_TYPES.issuperset(map(type, cells)):
-                column = np.asarray(cells, dtype=np.float64)  # None → NaN; bool → 0 / 1
-            else:  # a string, list or object: that value is not drawn (numeric strings neither)
-                column = np.full(len(cells), np.nan)
-                for i, cell in enumerate(cells):
-                    if type(cell) in NUMBER_TYPES and cell is not None:
-                        column[i] = float(cell)
-                    elif cell is not None:
-                        non_numeric.setdefault(metric, []).append(int(steps[where[i]]))
             if metric not in values:
                 values[metric] = np.full(len(steps), np.nan)
+            column = np.where(finite[:, j], table[:, j], np.nan)
             values[metric][where] = column
-            if is_null[:, j].any():
-                nulls.setdefault(metric, np.zeros(len(steps), bool))[where[is_null[:, j]]] = True
+            bad = ~finite[:, j]
+            if names[j] in non_numeric:  # a non-number is not a null
+                bad &= ~np.isin(steps[where], non_numeric[names[j]])
+            if bad.any():
+                nulls.setdefault(metric, np.zeros(len(steps), bool))[where[bad]] = True
     return values, nulls, non_numeric
 
 
