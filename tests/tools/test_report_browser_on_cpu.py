@@ -58,6 +58,18 @@ def test_real_cpu_runs_and_two_seeds_of_one_method(tmp_path):
     assert ["mixed", ["mixed_seed0", "mixed_seed1"]] in groups
 
 
+def test_the_cpu_demos_runs_with_their_validation_samples(tmp_path):
+    page = write_report([str(FIXTURES / "cpu_demo_runs")], tmp_path / "report.html")
+    result = check_page(page, tmp_path / "report.png", points_per_series=POINTS)
+    # also: each pass@k recomputed from the samples equals the logged one at its step
+    assert result["failures"] == []
+    with Browser() as browser:
+        browser.open(page.as_uri())
+        browser.wait_until("window.gtpoReport && gtpoReport.done")
+        sections = browser.evaluate("[...document.querySelectorAll('main section.panels h2')].map(h => h.textContent)")
+    assert "validation recomputed from the samples (gtpo_cpu_demo/even_digit)" in sections
+
+
 def test_a_requeued_run_is_drawn_from_its_last_writes_and_the_page_says_so(tmp_path):
     rows = [json.loads(line) for line in open(RUN_METRICS / "GTPO_TRAJ_two_minibatches_seed1.jsonl")]
     run_dir = tmp_path / "GTPO_TRAJ"
