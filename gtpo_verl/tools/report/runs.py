@@ -270,3 +270,23 @@ def expand_inputs(inputs) -> list[tuple[Optional[str], list[str], Optional[str]]
                                        "log with trainer.logger=[...,file] and give the file verl wrote")
             runs += found
     return runs
+
+
+def add_series(run: Run, series: dict) -> None:
+    """Add ``{metric: (steps, values)}`` to ``run`` (new steps extend its step axis)."""
+    steps = np.union1d(run.steps, np.concatenate([s for s, _ in series.values()] or [run.steps[:0]]))
+    if len(steps) != len(run.steps):
+        where = np.searchsorted(steps, run.steps)
+        for metric, values in run.values.items():
+            grown = np.full(len(steps), np.nan)
+            grown[where] = values
+            run.values[metric] = grown
+        for metric, mask in run.logged_null.items():
+            grown_mask = np.zeros(len(steps), bool)
+            grown_mask[where] = mask
+            run.logged_null[metric] = grown_mask
+        run.steps = steps
+    for metric, (metric_steps, values) in series.items():
+        column = np.full(len(steps), np.nan)
+        column[np.searchsorted(steps, metric_steps)] = values
+        run.values[metric] = column
