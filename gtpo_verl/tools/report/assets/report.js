@@ -146,7 +146,8 @@
     const last = lastIndices(data);
     const opts = {
       width, height, series, bands,
-      scales: { x: { time: false } },
+      // a flat line (a flag that stayed 0) gets a ±1 range, not uPlot's 0–100
+      scales: { x: { time: false }, y: { range: (u, min, max) => (min === max ? [min - 1, max + 1] : uPlot.rangeNum(min, max, 0.1, true)) } },
       axes: [{ label: "step", size: 36, labelSize: 14, incrs: STEP_INCRS }, { size: 62 }],
       legend: { live: true },
       cursor: { drag: { x: true, y: false } },
