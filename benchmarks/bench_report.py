@@ -4,7 +4,8 @@
 
 Writes the run(s) under ``--out`` (default outputs/bench_report/), times the whole command
 ``gtpo-report RUN... -o report.html`` in a fresh interpreter (start-up and imports included;
-median of ``--repeats``), and prints the file's size. With ``--browser`` it also loads the page
+median of ``--repeats``; also its CPU seconds, user + system, which a shared machine's load does
+not inflate), and prints the file's size. With ``--browser`` it also loads the page
 from disk in headless Chromium (/usr/bin/chromium) and reports the time until every panel is
 drawn, then until every other metric's chart is drawn too, and whether any console error or
 network request happened. The floors it is held to (docs/report.md): ≤ 5 s and ≤ 10 MB for one
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -71,15 +73,20 @@ def main() -> None:
         write_run(str(path), args.steps, args.metrics, seed=seed)
         paths.append(str(path))
     page = out / "report.html"
-    times = []
+    times, cpu = [], []
     for _ in range(args.repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "gtpo_verl.tools.report", *paths, "-o", str(page)], check=True,
                        stdout=subprocess.DEVNULL)
         times.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     result = {
         "steps": args.steps, "metrics": args.metrics, "runs": args.runs,
         "report_s_median": round(statistics.median(times), 2), "report_s": [round(t, 2) for t in times],
+        # CPU seconds of the command (user + system): its time on a core of its own, whatever the load
+        "report_cpu_s_median": round(statistics.median(cpu), 2),
         "html_mb": round(page.stat().st_size / 1e6, 2),
         "input_mb": round(sum(os.path.getsize(p) for p in paths) / 1e6, 2),
         "cpu": platform.processor() or platform.machine(), "load": os.getloadavg(),
