@@ -224,3 +224,13 @@ def test_nan_and_infinity_spelled_out_are_nulls_too(tmp_path):
     assert run.logged_null["b"].tolist() == [False, True, False, False]  # a list is a non-number, not a null
     assert np.isnan(run.values["a"][[0, 1, 3]]).all() and run.values["a"][2] == 2.0
     assert "b: not a number at step 3, 4" in "\n".join(run.notes) and "a: not a number at step 4" in "\n".join(run.notes)
+
+
+def test_the_studys_method_seed_folders_are_named_as_seeds(tmp_path):
+    for seed in (0, 1):  # research.study writes <out>/<method>/seed<k>/metrics.jsonl
+        (tmp_path / "DAPO_TOKEN" / f"seed{seed}").mkdir(parents=True)
+        write_lines(tmp_path / "DAPO_TOKEN" / f"seed{seed}" / "metrics.jsonl", real_rows()[:3])
+    runs = [run for run, _ in load_runs([str(tmp_path / "DAPO_TOKEN")])]
+    assert [(r.name, r.group, r.seed) for r in runs] == [("DAPO_TOKEN_seed0", "DAPO_TOKEN", 0), ("DAPO_TOKEN_seed1", "DAPO_TOKEN", 1)]
+    (run, _), = load_runs([str(tmp_path / "DAPO_TOKEN" / "seed1" / "metrics.jsonl")])
+    assert run.name == "DAPO_TOKEN_seed1"

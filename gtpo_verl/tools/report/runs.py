@@ -212,11 +212,12 @@ def read_run(paths: list[str], name: Optional[str] = None, folder: Optional[str]
 
 
 def run_name(path: str, folder: Optional[str]) -> str:
-    """A folder's name, or a file's stem (``metrics.jsonl`` alone names nothing: its folder's name then)."""
-    if folder:
-        return Path(folder).name
-    stem = Path(path).stem
-    return Path(path).parent.name if stem in ("metrics", "train") and Path(path).parent.name else stem
+    """A folder's name, or a file's stem (``metrics.jsonl`` alone names nothing: its folder's name then);
+    a folder ``seed<k>`` is named with its parent, ``<method>/seed<k>`` → ``<method>_seed<k>`` (the study's layout)."""
+    where = Path(folder) if folder else Path(path).parent
+    if folder or Path(path).stem == "metrics":
+        return f"{where.parent.name}_{where.name}" if re.fullmatch(r"seed\d+", where.name) else where.name
+    return Path(path).stem
 
 
 def metric_files(folder: str) -> list[str]:
