@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--browser", action="store_true")
     parser.add_argument("--out", default=str(ROOT / "outputs" / "bench_report"))
     args = parser.parse_args()
-    out = Path(args.out)
+    out = Path(args.out).resolve()
     paths = []
     for seed in range(args.runs):
         path = out / f"synthetic_seed{seed}.jsonl"
