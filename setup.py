@@ -19,7 +19,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["gtpo_verl", "gtpo_verl.*"]),
-    package_data={"gtpo_verl": ["config/*.yaml", "config/REQUIRED_VERL.txt"]},
+    package_data={"gtpo_verl": ["config/*.yaml", "config/REQUIRED_VERL.txt", "tools/report/assets/*"]},
     install_requires=[
         # verl-core carries what verl's trainer import chain needs (TransferQueue, cachetools,
         # fastapi, uvicorn, pyzmq, msgspec); bare verl cannot import the V1 trainer.
@@ -44,6 +44,7 @@ setup(
             "gtpo-preflight = gtpo_verl.tools.preflight:main",
             "gtpo-audit = gtpo_verl.tools.audit:main",
             "gtpo-dashboard = gtpo_verl.tools.dashboard:main",
+            "gtpo-report = gtpo_verl.tools.report.cli:main",
         ],
     },
 )

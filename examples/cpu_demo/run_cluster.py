@@ -7,8 +7,9 @@ sizes, verl's padding rows, and the entropy audit (`python -m gtpo_verl.tools.au
 
 Starts a head and a worker node with `ray start` (each one fake GPU and its own node resource,
 `node_a` / `node_b`; Ray state in a private temp dir, so no other Ray instance on the machine
-finds or joins it), submits the job, checks the audit, writes OUT/summary.json, and tears down
-exactly the processes it started (never `ray stop`). Exits non-zero when a check fails.
+finds or joins it), submits the job, checks the audit, writes OUT/summary.json and OUT/report.html
+(`gtpo-report` of the run, docs/report.md), and tears down exactly the processes it started
+(never `ray stop`). Exits non-zero when a check fails.
 
 Ray token authentication (`--auth token`, the default; Ray >= 2.52): the run writes its own token
 (mode 0600, in the private temp dir) and hands it to both `ray start`s, the job submission and the
@@ -280,7 +281,8 @@ def main() -> int:
         job_env = dict(CPU_ENV, VERL_FILE_LOGGER_PATH=metrics_path, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
         submit_env = dict(env, RAY_ADDRESS=f"http://127.0.0.1:{dashboard_port}",
                           RUNTIME_ENV_JSON=json.dumps({"env_vars": job_env}))
-        cmd = ["bash", os.path.join(HERE, "cluster_job.sh"), *overrides]
+        # Hydra's saved config lands beside the metrics file: OUT is the run folder gtpo-report reads
+        cmd = ["bash", os.path.join(HERE, "cluster_job.sh"), *overrides, f"hydra.run.dir={out}"]
         job_start = time.time()
         for attempt in range(20):  # the dashboard's job agent comes up some seconds after the node
             with open(os.path.join(out, "job.log"), "w") as log:
@@ -360,6 +362,13 @@ def main() -> int:
     else:  # and off means off: the job API answers anyone
         checks["auth off: job API open"] = summary["auth"].get("job_api_http_status") == 200
     failures += [f"check failed: {name}" for name, ok in checks.items() if not ok]
+    if os.path.exists(metrics_path):  # the offline page of the run (docs/report.md), beside summary.json
+        from gtpo_verl.tools.report import ReportInputError, write_report
+
+        try:
+            write_report({f"{RUN}_cluster": out}, os.path.join(out, "report.html"), title=f"gtpo_verl cluster demo ({RUN})")
+        except (ReportInputError, OSError) as error:
+            failures.append(f"report.html: {error}")
     summary["checks"] = checks
     summary["wall_s"] = round(time.time() - started, 1)
     summary["failures"] = failures

@@ -5,9 +5,13 @@ gloo) through `python -m gtpo_verl.main`, for DAPO, DAPO_TOKEN, DAPO_SEQ and GTP
     .venv-demo/bin/python examples/cpu_demo/run_demo.py [--steps 12] [--out outputs/demo]
 
 Writes OUT/summary.json (per run: steps, final metrics incl. every gtpo/ metric, seconds per
-step, start-up time; for the DAPO runs the groups dynamic sampling evicted) and OUT/curves.png (reward, entropy, response length per run), prints a
-table, and exits non-zero if a run fails, a metric is NaN, an expected gtpo/ metric is
-missing, or a DAPO run evicted no group (CI relies on that).
+step, start-up time; for the DAPO runs the groups dynamic sampling evicted), OUT/curves.png (reward, entropy, response length per run) and
+OUT/report.html (`gtpo-report` of the four runs: every panel, config, warnings, pass@k from the
+validation samples; docs/report.md), prints a table, and exits non-zero if a run fails, a metric
+is NaN, an expected gtpo/ metric is missing, a DAPO run evicted no group, a drill check fails, or
+the report cannot be written (CI relies on that). Each run's folder OUT/<run>/ holds its metric
+file (metrics.jsonl), its Hydra config (.hydra/config.yaml), its validation samples (validation/)
+and its log.
 
 Two runs are interrupted for real and relaunched with ``trainer.resume_mode=auto`` (``DRILLS``):
 GTPO_TRAJ is killed with SIGKILL two steps after a checkpoint; DAPO_TOKEN's scoring is held until
@@ -20,6 +24,7 @@ watch) restored bit for bit; the summary records each drill's checks.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -286,9 +291,13 @@ def train_run(run: str, launches: list[tuple[str, list[str]]], run_dir: str, ste
     record, failures, peaks = {"launches": []}, [], {}
     metrics_path, log_path = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "train.log")
     stall_file = os.path.join(run_dir, "STALL")
-    for stale in (metrics_path, log_path, stall_file):  # a fresh run: nothing from an earlier demo
+    # a fresh run: nothing from an earlier demo (the report reads every sample dump of the folder)
+    for stale in [metrics_path, log_path, stall_file, *glob.glob(os.path.join(run_dir, "validation", "*.jsonl"))]:
         if os.path.exists(stale):
             os.remove(stale)
+    # the run folder gtpo-report reads: Hydra's saved config and verl's validation samples
+    folder = [f"hydra.run.dir={run_dir}", f"trainer.validation_data_dir={run_dir}/validation"]
+    launches = [(label, overrides + folder) for label, overrides in launches]
     if drill:
         shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
         env_extra = {**(env_extra or {}), **({STALL_FILE_ENV: stall_file} if drill == "watchdog" else {})}
@@ -344,12 +353,25 @@ def train_run(run: str, launches: list[tuple[str, list[str]]], run_dir: str, ste
 
 
 def write_summary(summary: dict, history: dict, failures: list[str], out: str, started: float, steps: int,
-                  reward_scale: dict[str, float] = PAPER_A_SCALE) -> int:
-    """summary.json, curves.png and the printed table; returns the exit code (1 on any failure)."""
+                  reward_scale: dict[str, float] = PAPER_A_SCALE, run_dirs: dict[str, str] | None = None,
+                  title: str = "gtpo_verl CPU demo") -> int:
+    """summary.json, curves.png, report.html and the printed table; returns the exit code (1 on any failure).
+
+    ``run_dirs`` maps each run to its folder (default ``out/<run>``), what ``gtpo-report`` reads.
+    """
     base_step = (summary.get("DAPO") or {}).get("seconds_per_step")
     for run, record in summary.items():
         if base_step and record.get("seconds_per_step"):
             record["step_time_ratio_to_DAPO"] = round(record["seconds_per_step"] / base_step, 2)
+    run_dirs = run_dirs or {run: os.path.join(out, run) for run in history}
+    logged = {run: run_dirs[run] for run in history if history[run]}  # a run that failed at start logged nothing
+    if logged:
+        try:
+            from gtpo_verl.tools.report import ReportInputError, write_report
+
+            write_report(logged, os.path.join(out, "report.html"), title=f"{title} ({steps} steps)")
+        except (ReportInputError, OSError) as error:
+            failures.append(f"report.html: {error}")
     summary["_demo"] = {"wall_s": round(time.time() - started, 1), "failures": failures, "steps": steps}
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
@@ -367,7 +389,8 @@ def write_summary(summary: dict, history: dict, failures: list[str], out: str, s
             f"{record.get('evicted_groups_total', '-'):>7} "
             f"{fmt(record['reward_first']):>8} → {fmt(record['reward_last']):<8}"
         )
-    print(f"demo wall time {summary['_demo']['wall_s']:.0f} s; summary in {out}/summary.json, curves in {out}/curves.png")
+    print(f"demo wall time {summary['_demo']['wall_s']:.0f} s; summary in {out}/summary.json, curves in {out}/curves.png, "
+          f"report in {out}/report.html")
     for failure in failures:
         print("FAILED:", failure)
     return 1 if failures else 0

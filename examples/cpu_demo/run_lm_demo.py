@@ -154,9 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     write_splits(data_dir, train=512, val=args.val_prompts)
 
     settings = {k: getattr(args, k) for k in ("seed", "steps", "prompts", "group", "lr", "max_response_length", "delta")}
-    summary, history, failures = {"_model": model, "_settings": settings}, {}, []
+    summary, history, failures, run_dirs = {"_model": model, "_settings": settings}, {}, [], {}
     for run in runs:
-        run_dir = os.path.join(out, run if args.seed == 0 else f"{run}_seed{args.seed}")
+        run_dir = run_dirs[run] = os.path.join(out, run if args.seed == 0 else f"{run}_seed{args.seed}")
         os.makedirs(run_dir, exist_ok=True)
         launches = [("train", lm_overrides(args, data_dir, run, run_dir))]
         dynamic_sampling = "algorithm.filter_groups.enable=true" in RUNS[run]
@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         failures += run_failures
         if run in AUDITED and not record["audit"] and not run_failures:
             failures.append(f"{run}: no audit dump of step 1 in {run_dir}/audit")
-    return write_summary(summary, history, failures, out, started, args.steps, reward_scale={})  # every run scores 0/1
+    return write_summary(summary, history, failures, out, started, args.steps, reward_scale={},  # every run scores 0/1
+                         run_dirs=run_dirs, title="gtpo_verl real-LM demo (SmolLM2-135M-Instruct)")
 
 
 # per-step series kept in summary.json (verl's and gtpo_verl's metric names)

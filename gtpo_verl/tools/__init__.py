@@ -1,3 +1,4 @@
 """The command-line tools: ``gtpo-preflight`` (with the per-node probe), ``gtpo-audit`` (the offline
-entropy audit) and ``gtpo-dashboard`` (the wandb workspace); each also runs as
-``python -m gtpo_verl.tools.<name>``."""
+entropy audit), ``gtpo-dashboard`` (the wandb workspace) and ``gtpo-report`` (the offline HTML
+report); each also runs as ``python -m gtpo_verl.tools.<name>``. ``panels.py`` is the panel list
+the dashboard and the report both draw."""

@@ -16,40 +16,10 @@ import numpy as np
 import torch
 
 from gtpo_verl.trainer.diagnostics import PREFIX
+# the checks themselves live in a torch-free module (gtpo-report reads them); re-exported here
+from gtpo_verl.trainer.health_checks import ALL_EQUAL_GROUPS_FRAC, HEALTH_CHECKS, HealthCheck  # noqa: F401
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class HealthCheck:
-    name: str
-    metric: str
-    threshold: float
-    message: str
-
-
-ALL_EQUAL_GROUPS_FRAC = PREFIX + "health/all_equal_groups_frac"
-
-HEALTH_CHECKS = (
-    HealthCheck(
-        "delta_filtered", PREFIX + "delta/filtered_frac", 0.9,
-        "the δ entropy filter drops {value:.0%} of responses (⟨H⟩_i above algorithm.gtpo_traj.entropy_threshold), "
-        "so their entropy regulariser and most of the update are gone; raise the threshold above the model's "
-        "per-response entropy (gtpo/entropy/batch_mean) or set algorithm.gtpo_traj.ini_entropy_gate=true",
-    ),
-    HealthCheck(
-        "bonus_clipped", PREFIX + "transform/entropy_advantage/clipped_fraction", 0.9,
-        "the entropy-advantage bonus hits its cap |A|/κ on {value:.0%} of tokens, so it is a rescaled advantage, "
-        "not an entropy term; raise kappa or lower alpha in algorithm.adv_transforms",
-    ),
-    HealthCheck(
-        "all_equal_groups", ALL_EQUAL_GROUPS_FRAC, 0.9,
-        "{value:.0%} of the batch's groups have one reward for every response and carry no outcome signal "
-        "(the policy is deterministic on them, solved or trapped: compare pass@k with pass@1); turn on dynamic "
-        "sampling (algorithm.filter_groups.enable=true) or use harder prompts",
-    ),
-)
-"""Thresholds calibrated in the lab (``python -m gtpo_verl.lab``: ``results.json["health"]``)."""
 
 
 def all_equal_groups_frac(scores: torch.Tensor, uids: np.ndarray) -> float:

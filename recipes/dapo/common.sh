@@ -67,7 +67,7 @@ MODEL_PATH=${MODEL_PATH:-"${RAY_DATA_HOME}/models/Qwen2.5-32B"}
 CKPTS_DIR=${CKPTS_DIR:-"${RAY_DATA_HOME}/ckpts/${PROJECT_NAME}/${EXP_NAME}"}
 TRAIN_FILE=${TRAIN_FILE:-"${RAY_DATA_HOME}/data/dapo-math-17k.parquet"}   # recipes/data/prepare_dapo_math.py
 TEST_FILE=${TEST_FILE:-"${RAY_DATA_HOME}/data/aime-2024-dedup.parquet"}  # recipes/data/prepare_aime2024.py
-LOGGER=${LOGGER:-'["console","wandb"]'}
+LOGGER=${LOGGER:-'["console","wandb","file"]'} # file: verl's JSONL metrics for gtpo-report (docs/reproduce.md)
 TEST_FREQ=${TEST_FREQ:-5}
 # A requeue repeats the steps since the last save: at most SAVE_FREQ steps. Not measured on GPUs by us; estimated
 # ~20 min a step (≥ 8,192 responses of ~5k tokens at ~100k generated tokens/s over 32 TP-4 vLLM replicas, plus

@@ -66,7 +66,7 @@ tq_storage_units=${TQ_STORAGE_UNITS:-$((2 * NNODES > 8 ? 2 * NNODES : 8))}
 N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-8}
 PROJECT_NAME=${PROJECT_NAME:-GTPO-trajectory}
 CKPTS_DIR=${CKPTS_DIR:-"${RAY_DATA_HOME}/ckpts/${PROJECT_NAME}/${EXP_NAME}"}
-LOGGER=${LOGGER:-'["console","wandb"]'}
+LOGGER=${LOGGER:-'["console","wandb","file"]'} # file: verl's JSONL metrics for gtpo-report (docs/reproduce.md)
 TEST_FREQ=${TEST_FREQ:-500}
 # A requeue repeats at most SAVE_FREQ steps. Not measured on GPUs by us; estimated ≤ 30 s a step (8 responses of
 # ≤ 1,500 tokens decoded at ≥ 50 tokens/s each, one small update), so 100 steps ≤ ~50 min (3B) to ~1 h (8B).

@@ -360,7 +360,7 @@ def test_dapo_settings(script, launched):
     assert (t.nnodes, t.n_gpus_per_node, t.project_name, t.experiment_name) == (16, 8, "DAPO", DAPO[script])
     # verl's TransferQueue config asks for >= 2 storage units per node; its default 8 serves 4 nodes
     assert cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units == 2 * 16
-    assert list(t.logger) == ["console", "wandb"] and t.val_before_train and t.use_v1
+    assert list(t.logger) == ["console", "wandb", "file"] and t.val_before_train and t.use_v1
     # the upstream run length: 1,791,700 DAPO-Math rows // gen batch 1536 (not 0.9.1's rows // 512 = 3499)
     assert (t.total_training_steps, t.total_epochs) == (1791700 // 1536, 1) == (1166, 1)
     (tool, _, _, argv) = calls[0]
@@ -597,7 +597,7 @@ def test_dry_run_command_is_one_line_per_override(stubs, tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("# DRY_RUN=1: nothing launched")
     assert lines[1].startswith("ray job submit --address=http://localhost:8265 ") and lines[1].endswith("gtpo_verl.main \\")
-    assert "    'trainer.logger=[\"console\",\"wandb\"]' \\" in lines
+    assert "    'trainer.logger=[\"console\",\"wandb\",\"file\"]' \\" in lines
     assert shlex.split(" ".join(line.rstrip("\\") for line in lines[1:]))[-1] == (
         "actor_rollout_ref.actor.policy_loss.sequence_ratio_mean=arithmetic"
     )

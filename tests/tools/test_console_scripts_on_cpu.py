@@ -10,6 +10,7 @@ SCRIPTS = {  # console script → module, and a word its --help must contain
     "gtpo-preflight": ("gtpo_verl.tools.preflight", "preflight: true"),  # Hydra prints the composed config
     "gtpo-audit": ("gtpo_verl.tools.audit", "gtpo.audit.dir"),
     "gtpo-dashboard": ("gtpo_verl.tools.dashboard", "--entity"),
+    "gtpo-report": ("gtpo_verl.tools.report", "NAME=PATH"),
 }
 
 

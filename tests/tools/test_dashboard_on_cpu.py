@@ -4,7 +4,8 @@ checks that every panel's metric is one a real CPU run logged.
 The names come from tests/fixtures/cpu_run_metrics/*.jsonl, verl's file-logger output of
 real CPU study runs (``python -m research.study --methods DAPO_SEQ,GTPO_TRAJ --seeds 0
 --steps 2 --lr 1e-3``; ``--methods GTPO_TRAJ --seeds 1 --steps 20 --mini-batches 2``;
-``--methods DAPO_ENTROPY_ADV --seeds 0 --steps 4 --test-freq 2``), not from a list written by hand. Metrics a CPU run cannot produce
+``--methods DAPO_ENTROPY_ADV --seeds 0 --steps 4 --test-freq 2``; ``--methods DAPO_HIGH_ENTROPY --seeds 0,1
+--steps 2 --test-freq 2``, two seeds of one method), not from a list written by hand. Metrics a CPU run cannot produce
 (``dashboard.NOT_ON_CPU``: dynamic sampling, accelerator memory, the paper preset's gate) must
 at least be string literals in verl's or gtpo_verl's source.
 """
