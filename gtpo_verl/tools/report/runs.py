@@ -24,6 +24,8 @@ from typing import Optional
 
 import numpy as np
 
+from gtpo_verl.trainer.metrics_file import RESUMED_FROM
+
 try:  # verl's own JSON library (a verl dependency); json is the fallback
     import orjson
 
@@ -113,6 +115,10 @@ def _read_rows(path: str, notes: list[str]) -> list[tuple[int, dict]]:
             step, data = (row.get("step"), row.get("data")) if isinstance(row, dict) else (None, None)
             if isinstance(step, bool) or not isinstance(step, int) or not isinstance(data, dict):
                 bad.append(number)
+                continue
+            if RESUMED_FROM in data:  # the line a resumed run writes before appending (trainer/metrics_file.py)
+                notes.append(f"{path}: line {number}: the run resumed from its checkpoint of step {data[RESUMED_FROM]}; "
+                             "the steps after it were trained again")
                 continue
             rows.append((step, data))
     if bad:
