@@ -26,7 +26,7 @@ from gtpo_verl.trainer.settings import GTPOSettings
 
 DUMP_PATTERN = "step_{step}.json"  # the record; its tensors lie beside it in step_<k>.safetensors
 TENSORS_SUFFIX = ".safetensors"
-FORMAT = "gtpo_verl.audit/2"
+FORMAT = "gtpo-verl-audit-2"
 RAGGED = ("prompt_ids", "response_ids")  # per-row token lists: a flat tensor and the row lengths
 HF_SUBDIR = os.path.join("actor", "huggingface")  # where verl's FSDP checkpoint manager writes hf_model
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 import warnings
 from typing import Any
 
@@ -53,7 +54,7 @@ def validate_gtpo_config(config: Any) -> list[str]:
     if use_v1 is not True:
         raise ConfigError(
             "trainer.use_v1",
-            f"`trainer.use_v1={use_v1!r}`: gtpo_verl runs on verl's V1 trainer only (the deprecated V0 trainer's fit() pops the "
+            f"`trainer.use_v1={str(use_v1).lower() if isinstance(use_v1, bool) else repr(use_v1)}`: gtpo_verl runs on verl's V1 trainer only (the deprecated V0 trainer's fit() pops the "
             "old-policy entropy our estimators need and has no DAPO dynamic sampling). Set trainer.use_v1=true."
         )
     for block_cls in (*ALGORITHM_BLOCKS, GTPOSettings):  # every block must parse, used or not
@@ -127,8 +128,11 @@ def check_training_config(config: Any) -> list[str]:
     if str(select(config, "trainer.device", "cuda")) != "cpu":  # CPU mode is chosen, never detected (gtpo_verl/cpu)
         auto_set_device(config)
     given = validate_gtpo_config(config)
+    use_critic = need_critic(config)
+    if use_critic:
+        _check_critic_model(config)
     try:
-        validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+        validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=use_critic)
     except ConfigError:
         raise
     except Exception as err:  # verl asserts, raises ValueError, or Hydra wraps both in InstantiationException
@@ -136,6 +140,20 @@ def check_training_config(config: Any) -> list[str]:
         raise ConfigError("verl", f"verl's validate_config refused the config: {text}") from None
     check_registered()
     return given
+
+
+def _check_critic_model(config: Any) -> None:
+    """A critic (verl's default ``gae``) loads ``critic.model.path`` at start-up; a missing local folder is named here."""
+    path = str(select(config, "critic.model.path", "") or "")
+    local = os.path.expanduser(path)
+    if path.startswith(("/", "~", ".")) and not os.path.isdir(local):
+        estimator = select(config, "algorithm.adv_estimator", "gae")
+        raise ConfigError(
+            "critic.model.path",
+            f"`critic.model.path={path}` is not a folder, and `algorithm.adv_estimator={estimator}` trains a critic. "
+            "Set critic.model.path to a local model folder, or choose an estimator without a critic "
+            "(algorithm.adv_estimator=gtpo_token, grpo_s, gtpo_traj, grpo, ...).",
+        )
 
 
 def _check_registered_names(estimator: str, loss_mode: str) -> None:

@@ -28,8 +28,11 @@ def _assert_clean(proc):
         assert secret not in text, f"{name} printed:\n" + "\n".join(l for l in text.splitlines() if secret in l)
 
 
-@pytest.mark.parametrize("script", sorted(set(SCRIPTS) - SOURCED - {"recipes/slurm/ray_on_slurm.sbatch",
-                                                                     "recipes/data/prepare_all.sh"}))
+CONTAINERS = {"recipes/containers/build_image.sh", "recipes/containers/install_into_image.sh"}
+
+
+@pytest.mark.parametrize("script", sorted(set(SCRIPTS) - SOURCED - CONTAINERS - {"recipes/slurm/ray_on_slurm.sbatch",
+                                                                                  "recipes/data/prepare_all.sh"}))
 @pytest.mark.parametrize("mode", ["run", "dry_run", "preflight", "ray_submit"])
 def test_training_recipes_never_print_a_secret(stubs, tmp_path, script, mode):
     env = {**SECRETS, "RAY_AUTH_MODE": "token"}
@@ -52,6 +55,23 @@ def test_the_slurm_job_never_prints_a_secret(stubs, tmp_path, container):
     _assert_clean(proc)
     for _tool, _address, _launcher, argv in calls:
         assert not any(secret in arg for arg in argv for secret in SECRETS.values())
+
+
+@pytest.mark.parametrize("args", [("build_image.sh", "enroot"), ("build_image.sh", "apptainer"), ("build_image.sh", "docker"),
+                                  ("install_into_image.sh", ".")])
+def test_the_image_build_never_prints_a_secret(stubs, tmp_path, args):
+    script, *rest = args
+    proc, calls = run_script(stubs, tmp_path, f"recipes/containers/{script}", *rest, trace=True, TMPDIR=tmp_path, **SECRETS)
+    assert "+ " in proc.stderr
+    _assert_clean(proc)
+    for _tool, _address, _launcher, argv in calls:
+        assert not any(secret in arg for arg in argv for secret in SECRETS.values())
+
+
+def test_every_script_is_covered():
+    covered = {"recipes/slurm/ray_on_slurm.sbatch", "recipes/data/prepare_all.sh"} | CONTAINERS | SOURCED
+    training = {p for p in SCRIPTS if p.startswith(("recipes/dapo/", "recipes/gtpo_traj/"))}
+    assert set(SCRIPTS) == covered | training
 
 
 def test_the_data_preparation_never_prints_a_secret(stubs, tmp_path):

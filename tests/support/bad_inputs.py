@@ -134,6 +134,8 @@ STRUCTURAL = [
     (("algorithm.adv_estimator=gtpo_token", "actor_rollout_ref.rollout.n=1"), "actor_rollout_ref.rollout.n"),
     (("algorithm.adv_estimator=grpo_s", "actor_rollout_ref.rollout.n=1"), "actor_rollout_ref.rollout.n"),
     (("algorithm.adv_estimator=gtpo_traj", "actor_rollout_ref.rollout.n=1"), "actor_rollout_ref.rollout.n"),
+    (("algorithm.adv_estimator=gae",), "critic.model.path"),  # verl's default critic path: no such folder here
+    (("algorithm.adv_estimator=grpo", "critic.enable=true", "critic.model.path=./no_critic"), "critic.model.path"),
     (("actor_rollout_ref.rollout.n=0",), "actor_rollout_ref.rollout.n"),
     (("actor_rollout_ref.rollout.n=abc",), "actor_rollout_ref.rollout.n"),
     (("data.train_batch_size=0",), "data.train_batch_size"),

@@ -102,7 +102,7 @@ def test_truncated_partial_and_foreign_dumps_are_one_line(tmp_path):
 
     bad_json = tmp_path / "bad_json"
     save_audit_step(_complete_record(), str(bad_json))
-    (bad_json / "step_1.json").write_text('{"format": "gtpo_verl.audit/2", "step": ')
+    (bad_json / "step_1.json").write_text('{"format": "gtpo-verl-audit-2", "step": ')
     _one_line_exit_2(_audit(bad_json), "step_1.json")
 
     foreign = tmp_path / "foreign"

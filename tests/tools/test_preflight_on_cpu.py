@@ -62,6 +62,12 @@ def cpu_overrides(root, *extra):
         f"data.train_files={root}/train.parquet",
         f"data.val_files={root}/val.parquet",
         "data.train_batch_size=4",
+        "algorithm.adv_estimator=gtpo_token",  # verl's default gae would need a critic model
+        "actor_rollout_ref.rollout.n=2",
+        # batch sizes verl's validate_config accepts: the preflight's first check is the config
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
         f"trainer.default_local_dir={root}/checkpoints",
         *extra,
     ]
@@ -96,7 +102,7 @@ def test_cpu_preset_passes_and_prints_the_run_length(cpu_run_files):
     lines = _lines(proc.stdout)
     assert lines and all(line.startswith("[PASS]") for line in lines), lines
     names = [line.split(":")[0].removeprefix("[PASS] ") for line in lines]
-    assert names == ["gtpo_verl", "versions", "GPUs", "model path", "data files", "checkpoint folder", "total_training_steps"]
+    assert names == ["config", "gtpo_verl", "versions", "GPUs", "model path", "data files", "checkpoint folder", "total_training_steps"]
     # no trainer.total_training_steps: verl 0.9.1 counts rows // train_batch_size × total_epochs (30 in the preset)
     assert lines[-1].startswith(f"[PASS] total_training_steps: {40 // 4 * 30} (not set: verl counts 40 rows")
     assert not (cpu_run_files / "checkpoints").exists()
@@ -242,11 +248,17 @@ def _node(name, gpus=8.0, **report):
     return Node(name=name, ray_gpus=gpus, report=base)
 
 
-def test_versions_must_agree_across_nodes_and_match_the_pins():
+def test_versions_must_agree_across_nodes_and_match_the_pins(cpu_run_files):
     from hydra import compose, initialize_config_dir
 
+    data = [f"data.train_files={cpu_run_files}/train.parquet", f"data.val_files={cpu_run_files}/val.parquet"]
     with initialize_config_dir(config_dir=str(ROOT / "gtpo_verl" / "config"), version_base=None):
-        cfg = compose(config_name="gtpo_trainer", overrides=["trainer.nnodes=2", "trainer.total_training_steps=5"])
+        cfg = compose(config_name="gtpo_trainer", overrides=[
+            "trainer.nnodes=2", "trainer.total_training_steps=5", *data,
+            # a config the start-up check accepts, so only the node checks below can fail
+            "algorithm.adv_estimator=gtpo_token", "actor_rollout_ref.rollout.n=8",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4"])
     ok = preflight.evaluate(cfg, [_node("a"), _node("b")], [])
     assert all(c.ok for c in ok), [c.line() for c in ok if not c.ok]
     odd = _node("b", versions={"verl": "0.9.1", "torch": "2.10.0", "vllm": "0.24.0", "transformers": "5.3.0",
