@@ -208,7 +208,7 @@ def test_two_node_cluster_names_cpu_mode_wandb_and_flash_attn_where_they_fail(fi
         offline_everywhere = run("+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE=offline",
                                  checkpoints=tmp_path / "b" / "ckpts" / "run")
     listing = next(line for line in first.stdout.splitlines() if line.startswith("preflight: 2 nodes: "))
-    (head_name,), (worker_name,) = ([n for n in listing.split(": ", 1)[1].split("; ") if n.endswith(", head)") == is_head]
+    (head_name,), (worker_name,) = ([n for n in listing.removeprefix("preflight: 2 nodes: ").split("; ") if n.endswith(", head)") == is_head]
                                     for is_head in (True, False))
     lines = _lines(first.stdout)
     assert first.returncode == 1, first.stdout[-3000:]
