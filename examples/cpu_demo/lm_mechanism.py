@@ -4,7 +4,7 @@
 
 Every number is computed from the committed audit fixture (``lm_fixture.py``: safetensors + JSON)
 by the definitions below, in float64, over the non-padding rows; the same definitions are applied
-to the lab's two tasks at their warm start and to the CPU demo's tiny random-init model
+to the lab's three tasks at their warm start and to the CPU demo's tiny random-init model
 (``tests/fixtures/lab/real_step_gtpo_token.json``), so the three are comparable.
 
 Definitions (H_{i,t} the old-policy entropy, o_i the valid tokens of response i, ⟨H⟩_i their mean):
@@ -264,8 +264,8 @@ def render(result: dict) -> str:
     """The page's tables (markdown) from a results.json."""
     batches = {"real LM, fixture (DAPO_TOKEN step 1)": result["real_lm"]}
     batches.update({f"real LM, {name}": value for name, value in result.get("real_lm_batches", {}).items()})
-    batches.update({"lab max_digit (warm start)": result.get("lab_max_digit"), "lab digit_sum (warm start)": result.get("lab_digit_sum"),
-                    "CPU demo's tiny Qwen2 (step 1)": result.get("demo_tiny_qwen2")})
+    batches.update({f"lab {name} (warm start)": result.get(f"lab_{name}") for name in ("digit_chain", "max_digit", "digit_sum")})
+    batches["CPU demo's tiny Qwen2 (step 1)"] = result.get("demo_tiny_qwen2")
     lines = ["| batch | responses | mean length | token-mean H | median | p90 | share > 0.7 | top-10 % share | top-20 % share "
              "| δ filters at 0.7 | at ln 2 | at 1.5·⟨H⟩_ini (threshold) |", "|---" * 12 + "|"]
     for name, value in batches.items():
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             result["demo_lm_runs"] = runs_digest(json.load(f))
     if args.compare:
         result["demo_tiny_qwen2"] = profile_of_demo_model()
-        for name in ("max_digit", "digit_sum"):
+        for name in ("digit_chain", "max_digit", "digit_sum"):
             result[f"lab_{name}"] = profile_of_lab_task(name)
     text = json.dumps(result, indent=1, ensure_ascii=False)
     if args.out:
