@@ -36,6 +36,7 @@ from gtpo_verl.lab.tasks import (
     prompt_tensor, validation_problems,
 )
 from gtpo_verl.lab.update import actor_config, compute_advantages, policy_loss
+from gtpo_verl.plugin.estimators.gtpo_token import GTPO_TOKEN
 
 SALT_WARM_START, SALT_PROMPTS, SALT_SAMPLER, SALT_VALIDATION = 1, 2, 3, 4
 PASS_KS = (1, 2, 4, 8, 16)
@@ -239,7 +240,7 @@ def train_run(
             adv = compute_advantages(method, token_level_rewards, mask_t, uids, entropys[train], responses_t, old_log_probs[train],
                                      initial_entropy)
             metrics.update(adv.metrics)
-            if method.estimator == "gtpo_token" and roles is not None:
+            if method.estimator == GTPO_TOKEN.name and roles is not None:
                 share, token_share = gtpo_bonus_shares(entropys[train], mask_t, rewards > 0, roles[train], group)
                 stats["bonus_decision_share"], stats["decision_share_of_success_tokens"] = share, token_share
             order = torch.randperm(len(kept_groups), generator=generator)
