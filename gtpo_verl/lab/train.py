@@ -1,7 +1,8 @@
 """One lab run: warm start, then RL steps (sample → reward → dynamic sampling → old log-probs →
 advantages → mini-batch updates), validating on the fixed set every ``eval_every`` steps.
 
-A seed fixes the warm start, the prompt stream, the sampler RNG and the validation samples; every
+A seed fixes the warm start, the prompt stream, the sampler RNG, torch's global RNG (verl's
+Clip-Cov draws from it) and the validation samples; every
 method of that seed starts from the same weights and reads the same prompts in the same order.
 
 Per step, every method is measured on the same population: the responses to the step's first
@@ -38,7 +39,7 @@ from gtpo_verl.lab.tasks import (
 from gtpo_verl.lab.update import actor_config, compute_advantages, policy_loss
 from gtpo_verl.plugin.estimators.gtpo_token import GTPO_TOKEN
 
-SALT_WARM_START, SALT_PROMPTS, SALT_SAMPLER, SALT_VALIDATION = 1, 2, 3, 4
+SALT_WARM_START, SALT_PROMPTS, SALT_SAMPLER, SALT_VALIDATION, SALT_GLOBAL = 1, 2, 3, 4, 5
 PASS_KS = (1, 2, 4, 8, 16)
 
 
@@ -178,6 +179,9 @@ def train_run(
     optimizer = torch.optim.Adam(model.parameters(), lr=size.lr, fused=True)
     stream = PromptStream(task, init_seed(seed, SALT_PROMPTS))
     generator = torch.Generator().manual_seed(init_seed(seed, SALT_SAMPLER) + method.sampler_stream * 7_777_777)
+    # verl's clip_cov draws its clipped tokens from torch's global RNG: seeded per run, so a run does
+    # not depend on which worker ran what before it
+    torch.manual_seed(init_seed(seed, SALT_GLOBAL) + method.sampler_stream * 7_777_777)
     config = actor_config(method)
     group = size.group
     curves: dict[str, list[float]] = {k: [] for k in CURVES}
