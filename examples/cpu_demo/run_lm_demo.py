@@ -41,7 +41,7 @@ RUNS = {
     "DAPO_SEQ": METHOD_KNOBS["DAPO_SEQ"] + SCORER,
     # Paper A as released (δ at 0.7 nats, no ⟨H⟩_ini gate), KL-free, on the same 0/1 reward
     "GTPO_TRAJ": METHOD_KNOBS["GTPO_TRAJ"] + ["algorithm.gtpo_traj.preset=official"] + SCORER,
-    # the same with δ at 1.5 × the run's first-batch mean entropy (the lab's GTPO_TRAJ_SCALED), set by --delta
+    # the same with δ at 1.5 × the run's first-batch mean entropy, set by --delta
     "GTPO_TRAJ_SCALED": METHOD_KNOBS["GTPO_TRAJ"] + ["algorithm.gtpo_traj.preset=official"] + SCORER,
 }
 DEFAULT_RUNS = ("DAPO", "DAPO_TOKEN", "DAPO_SEQ", "GTPO_TRAJ")

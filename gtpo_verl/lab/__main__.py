@@ -2,7 +2,7 @@
 the table and the figures, with verdicts by the fixed rule of ``gtpo_verl/lab/verdicts.py`` (docs/lab.md).
 
     python -m gtpo_verl.lab --quick                      # 3 seeds × 20 steps: a smoke run
-    python -m gtpo_verl.lab                              # the default study (10 seeds × 10 methods × 400 steps × 2 tasks)
+    python -m gtpo_verl.lab                              # the default study (every method on digit_chain, paired seeds, 400 steps)
     python -m gtpo_verl.lab --methods DAPO,my_estimator,grpo+entropy_advantage --seeds 5
 """
 
@@ -37,8 +37,9 @@ def main(argv=None) -> int:
             fail(parser.prog, str(err))
     else:
         payload = run_study(args)
+    smoke = " [smoke run (--quick): not a study]" if payload.get("quick") else ""
     print(f"{payload['steps_total']} steps in {payload['wall_s']} s ({payload['steps_per_s']} steps/s, {args.workers} workers) "
-          f"→ {os.path.join(args.out, 'results.json')}")
+          f"→ {os.path.join(args.out, 'results.json')}{smoke}")
     for row in payload["verdicts"]["primary"]:
         print(f"  {row['task']:10s} {row['id']:22s} {row['verdict']:13s} diff {row['mean_difference']:+.3f} "
               f"[{row['ci95'][0]:+.3f}, {row['ci95'][1]:+.3f}]  p_holm {row['p_holm']:.3g}")

@@ -47,6 +47,8 @@ class Method:
     """Extra ``actor.policy_loss`` fields (Clip-Cov / KL-Cov knobs)."""
     initial_entropy_threshold_ratio: float | None = None
     """δ scaled to the model: ``gtpo_traj.entropy_threshold`` = ratio × ⟨H⟩_ini (measured on the first batch)."""
+    sampler_stream: int = 0
+    """Which training sampler stream of the seed to draw from; a method's twin on another stream is the null comparison."""
 
     def algorithm_config(self) -> dict[str, Any]:
         return {"adv_estimator": self.estimator, "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo,
@@ -54,28 +56,46 @@ class Method:
 
 
 DAPO = Method(name="DAPO", estimator="grpo")
-# verl's Clip-Cov / KL-Cov select 0.02 % of tokens at LLM batch sizes (~10^6 tokens); the lab's
-# batches hold ~10^3 tokens, so 2 % keeps a handful of tokens per batch in play.
+# verl's Clip-Cov / KL-Cov act on max(1, int(ratio · tokens)) tokens of a mini-batch. At the
+# recipes' 0.0002 that is 1 token of the lab's ~200-token mini-batches (the floor); 2 % selects about
+# 4 (results.json logs the count, ``cov_selected_tokens``).
 _COV_RATIO = 0.02
 _PAPER_A = dict(dynamic_sampling=False, mini_batches=1, loss_agg_mode="seq-mean-token-mean", reward="paper_a",
                 clip_ratio_high=0.2)
-_OFFICIAL = {"preset": "official"}  # Paper A's released code (docs/spec.md A.8)
+_OFFICIAL = {"preset": "official"}  # Paper A's released code (docs/spec.md A.8): δ at 0.7 nats
+DELTA_RATIOS = (0.8, 1.0, 1.2)
+"""δ scaled to the model, × ⟨H⟩_ini: Paper A leaves δ's relation to a model's entropy open."""
+TOKEN_ALPHA1 = (0.5,)
+"""GTPO-token's α₁ besides the default 0.9 (α₂ = 1 − α₁): the paper leaves the split open."""
+GRPO = Method(name="GRPO", estimator="grpo", **_PAPER_A)
+
+
+def _gtpo_traj_scaled(ratio: float) -> Method:
+    return Method(name=f"GTPO_TRAJ_D{round(ratio * 10):02d}", estimator=GTPO_TRAJ.name, algorithm={GTPO_TRAJ.name: _OFFICIAL},
+                  initial_entropy_threshold_ratio=ratio, **_PAPER_A)
+
+
+def _dapo_token_alpha(alpha1: float) -> Method:
+    return dataclasses.replace(DAPO, name=f"DAPO_TOKEN_A{round(alpha1 * 10):02d}", estimator=GTPO_TOKEN.name,
+                               algorithm={GTPO_TOKEN.name: {"alpha1": alpha1, "alpha2": round(1.0 - alpha1, 10)}})
+
 
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
         DAPO,
         dataclasses.replace(DAPO, name="DAPO_TOKEN", estimator=GTPO_TOKEN.name),
+        *(_dapo_token_alpha(a) for a in TOKEN_ALPHA1),
         dataclasses.replace(DAPO, name="DAPO_SEQ", estimator=GRPO_S.name, loss_mode=GRPO_S.policy_loss,
                             loss_agg_mode=GRPO_S.loss_agg_mode),
         dataclasses.replace(DAPO, name="DAPO_HIGH_ENTROPY", transforms=({"name": "high_entropy_tokens", "rho": 0.2},)),
         dataclasses.replace(DAPO, name="DAPO_ENTROPY_ADV", transforms=({"name": "entropy_advantage"},)),
         dataclasses.replace(DAPO, name="CLIP_COV", loss_mode="clip_cov", policy_loss={"clip_cov_ratio": _COV_RATIO}),
         dataclasses.replace(DAPO, name="KL_COV", loss_mode="kl_cov", policy_loss={"kl_cov_ratio": _COV_RATIO}),
-        Method(name="GRPO", estimator="grpo", **_PAPER_A),
+        GRPO,
+        dataclasses.replace(GRPO, name="GRPO_TWIN", sampler_stream=1),
         Method(name="GTPO_TRAJ", estimator=GTPO_TRAJ.name, algorithm={GTPO_TRAJ.name: _OFFICIAL}, **_PAPER_A),
-        Method(name="GTPO_TRAJ_SCALED", estimator=GTPO_TRAJ.name, algorithm={GTPO_TRAJ.name: _OFFICIAL},
-               initial_entropy_threshold_ratio=1.5, **_PAPER_A),
+        *(_gtpo_traj_scaled(r) for r in DELTA_RATIOS),
     )
 }
 

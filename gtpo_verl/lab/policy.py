@@ -91,6 +91,9 @@ def sample(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample responses ``(B, T)`` (pad after EOS) and their mask ``(B, T)`` (1 up to and including EOS).
 
+    Each token is drawn by inverting the CDF of softmax(logits / temperature) at one uniform from
+    ``generator``, so a policy that has not changed draws the same tokens from the same seed.
+
     ``prompts`` ``(B, P)`` all have the same length (the lab's tasks use fixed-length prompts),
     so the batch needs no left padding. One forward per new token, with a key/value cache.
     """
@@ -103,7 +106,10 @@ def sample(
     tokens, masks = [], []
     for step in range(max_new_tokens):
         probs = torch.softmax(logits / temperature, dim=-1)
-        token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        # inverse-CDF draw: one uniform per row and position whatever the probabilities, so the
+        # same generator seed gives a frozen policy the same samples (fixed-sample validation)
+        uniform = torch.rand(batch, 1, generator=generator)
+        token = (torch.cumsum(probs, dim=-1) < uniform).sum(-1).clamp_max(probs.shape[-1] - 1)
         token = torch.where(done, torch.full_like(token, pad_id), token)
         masks.append(~done)
         tokens.append(token)

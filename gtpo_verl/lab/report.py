@@ -1,15 +1,25 @@
-"""results.json, the markdown table and the figures (mean over seeds + one thin line per seed)."""
+"""results.json, the markdown table and the figures (mean over seeds + one thin line per seed).
+
+The figures need matplotlib (a dependency of the lab: ``pip install -c requirements/test.txt matplotlib``);
+without it ``figures`` returns no file and the study prints one line saying so.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Any
 
 import numpy as np
 
-CURVE_FIGURES = ("reward", "entropy", "length", "clipfrac")
+CURVE_FIGURES = ("reward", "entropy", "entropy_decision", "entropy_forced", "length", "kept_groups", "prompts_sampled", "clipfrac")
 VALIDATION_FIGURES = ("pass@1", "pass@16")
+MOVING_MEAN = 10
+FIGURES_SKIPPED = ("figures skipped: matplotlib is not installed; install it (pip install -c requirements/test.txt matplotlib) "
+                   "and rebuild them with python -m gtpo_verl.lab --from-runs {results} --out {out}")
+SMOKE_BANNER = ("**Smoke run (`--quick`: {seeds} seeds × {steps} steps): it checks that every method runs end to end; "
+                "its numbers and verdicts are not a study.**")
 
 
 def write_results(path: str, payload: dict[str, Any]) -> str:
@@ -25,54 +35,96 @@ def _fmt(x: float, digits: int = 3) -> str:
     return "nan" if x != x else f"{x:.{digits}f}"
 
 
+def _fmt_power(value) -> str:
+    return "–" if value is None else str(value)
+
+
+def _calibration_lines(payload: dict[str, Any]) -> list[str]:
+    lines = ["### The warm start's entropy profile (first training batch of each seed, `gtpo_verl/lab/entropy_profile.py`)", "",
+             "| task | responses | token-mean H | median | p90 | share > 0.7 | top-20 % share | δ filters at 0.7 | "
+             "decision tokens: share / mean H / entropy share | forced tokens: share / mean H / entropy share | off-grammar tokens |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for task, c in sorted(payload.get("calibration", {}).items()):
+        p, d, roles = c["profile"], c["delta"], c.get("roles")
+
+        def role(name):
+            if not roles:
+                return "–"
+            r = roles[name]
+            return f"{_fmt(r['token_share'])} / {_fmt(r['mean_entropy'], 2)} / {_fmt(r['entropy_share'])}"
+
+        lines.append(f"| {task} | {p['responses']} | {_fmt(p['token_mean'], 2)} | {_fmt(p['median'], 2)} | {_fmt(p['p90'], 2)} | "
+                     f"{_fmt(p['share_above_0.7'])} | {_fmt(p['top20_share'])} | {_fmt(d['filtered_at_0.7'])} | {role('decision')} | "
+                     f"{role('forced')} | {_fmt(roles['off_grammar']['token_share']) if roles else '–'} |")
+    return lines + [""]
+
+
+def _family_lines(title: str, rows: list[dict], claim_column: bool) -> list[str]:
+    head = "| claim | task | endpoint |" if claim_column else "| method | baseline | task | endpoint |"
+    lines = [title, "", head + " seeds | test | mean diff [95 % CI] | p | p (Holm) | smallest p possible | seeds for 80 % power at α/m | verdict |",
+             "|---" * (head.count("|") - 1) + "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lo, hi = row["ci95"]
+        first = (f"| {row['id']}: {row['claim']} | {row['task']} | {row['endpoint']} |" if claim_column
+                 else f"| {row['method']} | {row['baseline']} | {row['task']} | {row['endpoint']} |")
+        lines.append(f"{first} {row['seeds']} | {row['test']} | {_fmt(row['mean_difference'])} [{_fmt(lo)}, {_fmt(hi)}] | "
+                     f"{_fmt(row['p'], 4)} | {_fmt(row['p_holm'], 4)} | {_fmt(row['smallest_p'], 4)} | "
+                     f"{_fmt_power(row['seeds_needed_80pct_power'])} | **{row['verdict']}** |")
+    return lines + [""]
+
+
 def markdown_table(payload: dict[str, Any]) -> str:
-    """Per task and method: mean ± sample std over seeds of each endpoint, end-state counts, health."""
+    """Per task and method: mean ± sample std over seeds of each endpoint, end-state counts, dynamic
+    sampling and health; then every verdict family and the health replays."""
     verdicts = payload["verdicts"]
     lines = []
+    if payload.get("quick"):
+        lines += [SMOKE_BANNER.format(seeds=len(payload["seeds"]), steps=payload["sizes"]["steps"]), ""]
     by_key: dict[str, list[dict]] = {}
     for run in payload["runs"]:
         by_key.setdefault(f"{run['task']}/{run['method']}", []).append(run)
     for task in sorted({r["task"] for r in payload["runs"]}):
         lines += [f"### {task}", "",
-                  "| method | seeds | pass@1 | pass@16 | entropy | length | drawdown | clipfrac | all-equal groups | δ filtered | bonus clipped | end states |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| method | seeds | pass@1 | pass@16 | entropy | H decision | H forced | length | drawdown | kept groups / step "
+                  "| prompts / step | stalled steps | clipfrac | δ filtered | GTPO bonus on decisions (their token share) | end states |",
+                  "|---" * 16 + "|"]
         for method in payload["methods"]:
             key = f"{task}/{method}"
             ends = verdicts["endpoints"].get(key, {})
             if not ends:
                 continue
 
-            def stat(name):
-                values = np.array([e[name] for e in ends.values()], dtype=np.float64)
-                sd = values.std(ddof=1) if values.size > 1 else float("nan")
-                return f"{_fmt(values.mean())} ± {_fmt(sd)}"
+            def stat(name, digits=3):
+                values = np.array([e.get(name, float("nan")) for e in ends.values()], dtype=np.float64)
+                if not np.isfinite(values).any():
+                    return "–"
+                sd = np.nanstd(values, ddof=1) if np.isfinite(values).sum() > 1 else float("nan")
+                return f"{_fmt(float(np.nanmean(values)), digits)} ± {_fmt(sd, digits)}"
 
-            def health(name, digits=3):
-                values = [np.nanmean(r["curves"][name]) for r in by_key[key] if np.isfinite(r["curves"][name]).any()]
+            def run_mean(name, digits=3):
+                values = [np.nanmean(r["curves"][name]) for r in by_key[key] if np.isfinite(r["curves"].get(name, [np.nan])).any()]
                 return _fmt(float(np.mean(values)), digits) if values else "–"
 
+            bonus = run_mean("bonus_decision_share")
+            bonus = bonus if bonus == "–" else f"{bonus} ({run_mean('decision_share_of_success_tokens')})"
             states = ", ".join(f"{k} {v}" for k, v in sorted(verdicts["end_states"][key].items()))
-            lines.append(f"| {method} | {len(ends)} | {stat('pass@1')} | {stat('pass@16')} | {stat('entropy')} | {stat('length')} | "
-                         f"{stat('drawdown')} | {health('clipfrac', 4)} | {health('all_equal_frac')} | {health('delta_filtered_frac')} | "
-                         f"{health('bonus_clipped_frac')} | {states} |")
+            stalled = int(sum(e["stalled_steps"] for e in ends.values()))
+            lines.append(f"| {method} | {len(ends)} | {stat('pass@1')} | {stat('pass@16')} | {stat('entropy')} | {stat('entropy_decision')} | "
+                         f"{stat('entropy_forced')} | {stat('length', 2)} | {stat('drawdown')} | {run_mean('kept_groups', 2)} | "
+                         f"{run_mean('prompts_sampled', 1)} | {stalled} | {run_mean('clipfrac', 4)} | {run_mean('delta_filtered_frac')} | "
+                         f"{bonus} | {states} |")
         lines.append("")
-    lines += ["Mean ± sample std over seeds of each run's endpoint; clipfrac, all-equal groups, δ filtered and bonus clipped are",
-              "run means averaged over seeds.", "",
-              "### Verdicts (primary claims, Holm over all of them)", "",
-              "| claim | task | endpoint | seeds | test | mean diff [95 % CI] | p | p (Holm) | verdict |", "|---|---|---|---|---|---|---|---|---|"]
-    for row in verdicts["primary"]:
-        lo, hi = row["ci95"]
-        lines.append(f"| {row['id']}: {row['claim']} | {row['task']} | {row['endpoint']} | {row['seeds']} | {row['test']} | "
-                     f"{_fmt(row['mean_difference'])} [{_fmt(lo)}, {_fmt(hi)}] | {_fmt(row['p'], 4)} | {_fmt(row['p_holm'], 4)} | **{row['verdict']}** |")
-    lines += ["", "### Context (vs DAPO, two-sided, Holm within this family)", "",
-              "| method | task | endpoint | mean diff [95 % CI] | p | p (Holm) | result |", "|---|---|---|---|---|---|---|"]
-    for row in verdicts["context"]:
-        lo, hi = row["ci95"]
-        lines.append(f"| {row['method']} | {row['task']} | {row['endpoint']} | {_fmt(row['mean_difference'])} [{_fmt(lo)}, {_fmt(hi)}] | "
-                     f"{_fmt(row['p'], 4)} | {_fmt(row['p_holm'], 4)} | {row['verdict']} |")
+    lines += ["Mean ± sample std over seeds of each run's endpoint (entropy, H decision / forced and length: the last 50 steps, on the "
+              "responses to each step's first training batch, the same population for every method). Kept groups, prompts per step, "
+              "clipfrac, δ filtered and the GTPO bonus share are run means averaged over seeds; stalled steps are summed over seeds.", ""]
+    lines += _calibration_lines(payload)
+    lines += _family_lines("### Verdicts: the papers' claims (one direction each, Holm over all of them)", verdicts["primary"], True)
+    for name, title in (("sensitivity", "Sensitivity: the knobs the papers leave open"), ("context", "Context: vs DAPO"),
+                        ("null", "Null: GRPO against its twin on another sampler stream (identical methods)")):
+        lines += _family_lines(f"### {title} (two-sided, Holm within this family)", verdicts.get(name, []), False)
     health = payload.get("health")
     if health:
-        lines += ["", "### Health: silent terms (mean over seeds of the per-run mean; ≥ threshold = the term does little)", "",
+        lines += ["### Health: silent terms (mean over seeds of the per-run mean; ≥ threshold = the term does little)", "",
                   "| task/method | metric | mean | threshold | past threshold |", "|---|---|---|---|---|"]
         for key, metrics in sorted(health["silent_terms"].items()):
             for name, row in metrics.items():
@@ -93,8 +145,18 @@ def markdown_table(payload: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _moving_mean(series: np.ndarray, window: int) -> np.ndarray:
+    """NaN-aware moving mean: a window with no finite value stays NaN (a gap in the plot, never 0)."""
+    finite = np.isfinite(series)
+    kernel = np.ones(window)
+    sums = np.convolve(np.where(finite, series, 0.0), kernel, mode="valid")
+    counts = np.convolve(finite.astype(np.float64), kernel, mode="valid")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
 def figures(payload: dict[str, Any], folder: str) -> list[str]:
-    """One PNG per task: a panel per metric, a colour per method, mean bold and each seed thin."""
+    """One PNG per task: a panel per metric, a colour per method, mean bold and each seed thin; [] without matplotlib."""
     try:
         import matplotlib
 
@@ -104,35 +166,43 @@ def figures(payload: dict[str, Any], folder: str) -> list[str]:
         return []
     os.makedirs(folder, exist_ok=True)
     written = []
-    colours = {m: plt.cm.tab10(i % 10) for i, m in enumerate(payload["methods"])}
+    colours = {m: plt.cm.tab20(i % 20) for i, m in enumerate(payload["methods"])}
+    smoke = " — SMOKE RUN (--quick), not a study" if payload.get("quick") else ""
     for task in sorted({r["task"] for r in payload["runs"]}):
-        panels = CURVE_FIGURES + VALIDATION_FIGURES
-        fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
+        panels = [p for p in CURVE_FIGURES if any(np.isfinite(r["curves"].get(p, [np.nan])).any() for r in payload["runs"] if r["task"] == task)]
+        panels += list(VALIDATION_FIGURES)
+        cols = 4
+        fig, axes = plt.subplots(-(-len(panels) // cols), cols, figsize=(20, 4.2 * -(-len(panels) // cols)), squeeze=False)
+        for ax in axes.flat[len(panels):]:
+            ax.axis("off")
         for ax, name in zip(axes.flat, panels):
             for method in payload["methods"]:
                 runs = [r for r in payload["runs"] if r["task"] == task and r["method"] == method]
                 if not runs:
                     continue
                 if name in CURVE_FIGURES:
-                    series = np.array([r["curves"][name] for r in runs], dtype=np.float64)
-                    window = 10
-                    kernel = np.ones(window) / window
-                    series = np.array([np.convolve(np.nan_to_num(s), kernel, mode="valid") for s in series])
+                    raw = np.array([r["curves"].get(name, []) for r in runs], dtype=np.float64)
+                    if raw.size == 0 or not np.isfinite(raw).any():
+                        continue
+                    window = min(MOVING_MEAN, raw.shape[1])
+                    series = np.array([_moving_mean(s, window) for s in raw])
                     x = np.arange(series.shape[1]) + window
                 else:
                     x = np.array([v["step"] for v in runs[0]["validation"]])
                     series = np.array([[v[name] for v in r["validation"]] for r in runs], dtype=np.float64)
                 for s in series:
                     ax.plot(x, s, color=colours[method], alpha=0.15, linewidth=0.6)
-                ax.plot(x, series.mean(0), color=colours[method], linewidth=2.0, label=method)
-            ax.set_title(name + (" (10-step moving mean)" if name in CURVE_FIGURES else " (validation)"))
+                with np.errstate(invalid="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # a step no seed measured stays a gap
+                    ax.plot(x, np.nanmean(series, 0), color=colours[method], linewidth=2.0, label=method)
+            ax.set_title(name + (f" ({MOVING_MEAN}-step moving mean)" if name in CURVE_FIGURES else " (validation, fixed samples)"))
             ax.set_xlabel("step")
         handles, labels = axes.flat[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=9)
-        fig.suptitle(f"gtpo_verl lab: {task} (bold: mean over seeds; thin: one seed)")
-        fig.tight_layout(rect=(0, 0.07, 1, 1))
+        fig.legend(handles, labels, loc="lower center", ncol=7, fontsize=9)
+        fig.suptitle(f"gtpo_verl lab: {task} (bold: mean over seeds; thin: one seed){smoke}")
+        fig.tight_layout(rect=(0, 0.06, 1, 0.97))
         path = os.path.join(folder, f"{task}.png")
-        fig.savefig(path, dpi=90)
+        fig.savefig(path, dpi=80)
         plt.close(fig)
         written.append(path)
     return written

@@ -8,6 +8,7 @@ both tests conventionally do.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
@@ -99,19 +100,42 @@ def bootstrap_mean_ci(differences: Sequence[float], seed: int = 0, resamples: in
     return (float(np.quantile(means, alpha)), float(np.quantile(means, 1.0 - alpha)))
 
 
-def seeds_for_power(differences: Sequence[float], alpha: float = 0.05, power: float = 0.8, effect: float | None = None) -> int:
-    """Paired seeds needed to detect ``effect`` (default: the pilot's mean difference) by a two-sided z approximation.
+def smallest_exact_p(n: int) -> float:
+    """The smallest two-sided p-value an exact sign or signed-rank test can give with n nonzero pairs: 2/2ⁿ."""
+    return min(1.0, 2.0 / 2.0**n)
 
-    n = ((z_{1−α/2} + z_{power}) · sd / effect)², with sd the pilot's sample std of the differences.
+
+def seeds_for_power(
+    differences: Sequence[float],
+    alpha: float = 0.05,
+    power: float = 0.8,
+    effect: float | None = None,
+    family_size: int | None = None,
+) -> int | None:
+    """Paired seeds needed to detect ``effect`` (default: the observed mean difference) by a two-sided z approximation.
+
+    n = ((z_{1−α'/2} + z_{power}) · sd / effect)², with sd the sample std of the differences.
+
+    Without ``family_size``: α' = α, and 0 when sd or the effect is 0 (the pilot formula).
+    With ``family_size`` m (a Holm family): α' = α/m, the threshold Holm holds its smallest p to,
+    and n is at least the fewest pairs whose exact test can reach it (2/2ⁿ ≤ α/m); None when the
+    observed effect is 0 or fewer than two differences exist (no effect to power for). A constant
+    nonzero difference needs that floor only.
     """
     d = np.asarray(differences, dtype=np.float64)
     sd = float(d.std(ddof=1)) if d.size > 1 else float("nan")
     effect = abs(float(d.mean())) if effect is None else abs(effect)
-    if not (sd > 0 and effect > 0):
-        return 0
-    z = {0.05: 1.959964, 0.01: 2.575829}.get(alpha, 1.959964)
-    z_power = {0.8: 0.841621, 0.9: 1.281552}.get(power, 0.841621)
-    return int(math.ceil(((z + z_power) * sd / effect) ** 2))
+    level = alpha if family_size is None else alpha / family_size
+    z = NormalDist().inv_cdf(1.0 - level / 2.0)
+    z_power = NormalDist().inv_cdf(power)
+    if family_size is None:
+        if not (sd > 0 and effect > 0):
+            return 0
+        return int(math.ceil(((z + z_power) * sd / effect) ** 2))
+    if not (d.size > 1 and effect > 0):
+        return None
+    floor = next(n for n in range(1, 64) if smallest_exact_p(n) <= level)
+    return max(floor, int(math.ceil(((z + z_power) * sd / effect) ** 2)) if sd > 0 else floor)
 
 
-__all__ = ["sign_test", "wilcoxon_signed_rank", "holm", "bootstrap_mean_ci", "seeds_for_power"]
+__all__ = ["sign_test", "wilcoxon_signed_rank", "holm", "bootstrap_mean_ci", "seeds_for_power", "smallest_exact_p"]

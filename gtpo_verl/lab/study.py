@@ -14,6 +14,7 @@ from typing import Any
 
 QUICK = dict(seeds=3, steps=20, eval_every=10)
 DEFAULT = dict(seeds=10, steps=400, eval_every=25)
+DEFAULT_TASKS = "digit_chain"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=positive_int, help=f"RL steps per run (default {DEFAULT['steps']})")
     p.add_argument("--eval-every", type=positive_int, help="validation spacing in steps (default 25)")
     p.add_argument("--methods", default=",".join(METHODS), help="lab methods, registered estimators, or estimator+transform")
-    p.add_argument("--tasks", default=",".join(TASKS))
+    p.add_argument("--tasks", default=DEFAULT_TASKS, help=f"comma-separated, from {sorted(TASKS)} (default {DEFAULT_TASKS})")
     p.add_argument("--prompts", type=positive_int, default=8, help="prompts per training batch")
     p.add_argument("--group", type=positive_int, default=8, help="responses per prompt (at least 2: the methods compare a group)")
     p.add_argument("--workers", type=positive_int, default=min(2, os.cpu_count() or 1), help="processes (one torch thread each)")
@@ -96,11 +97,24 @@ def _progress(done: int, total: int, start: float) -> None:
     sys.stderr.flush()
 
 
+def _write_outputs(args: argparse.Namespace, payload: dict[str, Any]) -> None:
+    """results.json, table.md and (unless --no-figures) the figures, or one line saying why there are none."""
+    from gtpo_verl.lab.report import FIGURES_SKIPPED, figures, markdown_table, write_results
+
+    results = os.path.join(args.out, "results.json")
+    write_results(results, payload)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(markdown_table(payload))
+    if not args.no_figures:
+        payload["figures"] = figures(payload, args.out)
+        if not payload["figures"]:
+            sys.stderr.write(FIGURES_SKIPPED.format(results=results, out=args.out) + "\n")
+
+
 def rebuild(args: argparse.Namespace) -> dict[str, Any]:
     """results.json, table and figures from finished runs only (seeds with every method on every task)."""
     from gtpo_verl.lab.methods import resolve_methods
     from gtpo_verl.lab.policy import PolicySize
-    from gtpo_verl.lab.report import figures, markdown_table, write_results
     from gtpo_verl.lab.train import LabSize
 
     original, runs = read_runs(args.from_runs)
@@ -117,22 +131,22 @@ def rebuild(args: argparse.Namespace) -> dict[str, Any]:
     order = {m.name: i for i, m in enumerate(methods)}
     runs.sort(key=lambda r: (r["task"], order[r["method"]], r["seed"]))
     steps = len(runs[0]["curves"]["reward"])
-    size = LabSize(steps=steps, eval_every=args.eval_every or DEFAULT["eval_every"], prompts=args.prompts, group=args.group)
+    if original is not None and "sizes" in original:  # the study's own sizes
+        sizes = {k: v for k, v in original["sizes"].items() if k in LabSize.__dataclass_fields__}
+        size = LabSize(**{**sizes, "policy": PolicySize(**sizes["policy"])})
+    else:
+        size = LabSize(steps=steps, eval_every=args.eval_every or DEFAULT["eval_every"], prompts=args.prompts, group=args.group)
     wall = max(sum(r["wall_s"] for r in runs) / max(args.workers, 1), 1e-9)
     payload = build_payload(runs, methods, tasks, complete, size, wall, args.workers)
     if original is not None:
-        payload.update({k: original[k] for k in ("wall_s", "steps_per_s", "machine", "quick")})
+        payload.update({k: original[k] for k in ("wall_s", "steps_per_s", "machine", "quick", "calibration") if k in original})
     elif args.wall_s:
         payload["wall_s"] = round(args.wall_s, 1)
         payload["steps_per_s"] = round(payload["steps_total"] / args.wall_s, 2)
     else:
         payload["wall_s_note"] = "rebuilt from a runs file: wall_s is the sum of per-run wall times divided by the workers"
     payload["label"] = args.label
-    write_results(os.path.join(args.out, "results.json"), payload)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(markdown_table(payload))
-    if not args.no_figures:
-        payload["figures"] = figures(payload, args.out)
+    _write_outputs(args, payload)
     return payload
 
 
@@ -158,12 +172,10 @@ def read_runs(path: str) -> tuple[Any, list[dict]]:
 def run_study(args: argparse.Namespace) -> dict[str, Any]:
     if args.from_runs:
         return rebuild(args)
+    from gtpo_verl.lab.calibration import warm_start_profile
     from gtpo_verl.lab.methods import resolve_methods
-    from gtpo_verl.lab.policy import parameter_count, TinyCausalLM
-    from gtpo_verl.lab.report import figures, markdown_table, write_results
-    from gtpo_verl.lab.tasks import TASKS, VOCAB
+    from gtpo_verl.lab.tasks import TASKS
     from gtpo_verl.lab.train import LabSize, size_dict
-    from gtpo_verl.lab.verdicts import verdicts
 
     preset = QUICK if args.quick else DEFAULT
     seeds = list(range(args.first_seed, args.first_seed + (args.seeds or preset["seeds"])))
@@ -210,11 +222,8 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
     order = {m.name: i for i, m in enumerate(methods)}
     runs.sort(key=lambda r: (r["task"], order[r["method"]], r["seed"]))
     payload = build_payload(runs, [m for m in methods], tasks, seeds, size, wall, args.workers, quick=args.quick)
-    write_results(os.path.join(args.out, "results.json"), payload)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(markdown_table(payload))
-    if not args.no_figures:
-        payload["figures"] = figures(payload, args.out)
+    payload["calibration"] = {t: warm_start_profile(t, seeds, size, weights={s: weights[t, s] for s in seeds}) for t in tasks}
+    _write_outputs(args, payload)
     os.remove(partial_path)
     return payload
 
@@ -232,8 +241,9 @@ def build_payload(runs, methods, tasks, seeds, size, wall_s, workers, quick=Fals
         run["end_state"] = run["endpoints"]["end_state"]
     steps_total = sum(len(r["curves"]["reward"]) for r in runs)
     return {
-        "schema": "gtpo_verl.lab/1",
+        "schema": "gtpo_verl.lab/2",
         "quick": bool(quick),
+        **({"smoke_run": "--quick: checks that every method runs end to end; not a study"} if quick else {}),
         "sizes": {**size_dict(size), "vocab": len(VOCAB), "parameters": parameter_count(TinyCausalLM(len(VOCAB), size.policy))},
         "seeds": list(seeds),
         "tasks": list(tasks),

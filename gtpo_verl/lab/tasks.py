@@ -1,8 +1,20 @@
-"""The lab's two tasks, in Paper A's tag format, over one small vocabulary.
+"""The lab's tasks over one small vocabulary.
 
-A response is ``<reasoning>…</reasoning><answer>…</answer><eos>``: the format reward and the
-answer extraction are Paper A's (``gtpo_verl.rewards.format_math``); correctness is an exact
-string match (Paper A's substring rule would let "79" answer "9", which a tiny policy finds).
+``digit_chain`` (the default study's task) has no free tokens: every response token is either a
+*decision* (the grammar allows several tokens there) or *forced* (the grammar allows exactly one),
+and ``token_roles`` says which, from the grammar alone:
+
+- ``digit_chain``: the prompt shows a target S in 6..14 (two digits, ``06``..``14``); the response
+  is ``d₁ … d_k = S <eos>`` with 1 ≤ k ≤ 5 digits in 1..9 summing to S. Decisions: each digit, and after each of the first
+  four digits whether to go on or write ``=``. Forced: ``=`` after a fifth digit, the two digits of
+  S (copied from the prompt) and ``<eos>``. Well formed = the grammar with the right copy of S;
+  correct = well formed and the digits sum to S. Paper A's scale: 10 for well formed + 10 for correct.
+
+The other two tasks are in Paper A's tag format, ``<reasoning>…</reasoning><answer>…</answer><eos>``,
+whose reasoning is 1–3 free filler letters: most of their entropy sits on tokens that decide
+nothing. Their format reward and answer extraction are Paper A's (``gtpo_verl.rewards.format_math``);
+correctness is an exact string match (Paper A's substring rule would let "79" answer "9", which a
+tiny policy finds).
 
 - ``max_digit``: the prompt shows four digits; the answer is the largest. One valid answer per
   prompt; the trap is a fixed digit (``9`` is right whenever a 9 is shown, ~34 % of prompts).
@@ -10,13 +22,16 @@ string match (Paper A's substring rule would let "79" answer "9", which a tiny p
   sum is S is right. Many valid answers per prompt and a length that matters: S ≥ 19 needs at
   least three digits, so a policy that learned short answers cannot solve the top of the range.
 
-The warm start is supervised learning on noisy demonstrations: well-formed responses whose
-answer is right with probability ``demo_accuracy``, so the policy starts with pass@1 ≪ pass@16.
+The warm start is supervised learning on noisy demonstrations: responses whose answer is right
+with probability ``demo_accuracy``, so the policy starts with pass@1 ≪ pass@16 (``digit_chain``'s
+demonstrations also miscopy each digit of S with probability ``copy_noise``, which sets how much
+entropy its forced tokens start with).
 """
 
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -28,10 +43,14 @@ PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 TAGS = ("<reasoning>", "</reasoning>", "<answer>", "</answer>")
 THOUGHT_LETTERS = "abcdefgh"
 TASK_WORDS = ("max", "sum", ":")
-VOCAB = (PAD, BOS, EOS) + tuple("0123456789") + tuple(THOUGHT_LETTERS) + TAGS + TASK_WORDS
+EQUALS = "="
+VOCAB = (PAD, BOS, EOS) + tuple("0123456789") + tuple(THOUGHT_LETTERS) + TAGS + TASK_WORDS + (EQUALS,)
 TOKEN_ID = {token: i for i, token in enumerate(VOCAB)}
 PAD_ID, BOS_ID, EOS_ID = TOKEN_ID[PAD], TOKEN_ID[BOS], TOKEN_ID[EOS]
 MAX_RESPONSE_TOKENS = 16
+# token roles (``Task.token_roles``): padding, a grammar decision, a grammar-forced token, a token
+# after the response has left the grammar
+ROLE_NONE, ROLE_DECISION, ROLE_FORCED, ROLE_OFF = 0, 1, 2, 3
 
 
 def encode(tokens: list[str]) -> list[int]:
@@ -92,6 +111,10 @@ class Task:
     def demonstration(self, problem: tuple[int, ...], rng: random.Random) -> list[int]:
         raise NotImplementedError
 
+    def token_roles(self, prompts: torch.Tensor, responses: torch.Tensor, mask: torch.Tensor) -> Optional[torch.Tensor]:
+        """``(B, T)`` role of every response token (``ROLE_*``), or None when the task defines none."""
+        return None
+
 
 class MaxDigit(Task):
     def sample_problem(self, rng):
@@ -116,6 +139,16 @@ def _is_decomposition(pred: str, target: int) -> bool:
     return 1 <= len(pred) <= MAX_SUM_DIGITS and all(c in "123456789" for c in pred) and sum(map(int, pred)) == target
 
 
+def _random_decomposition(target: int, rng: random.Random) -> list[int]:
+    """A uniformly drawn length in the feasible range, then digits 1..9 summing to ``target``."""
+    while True:
+        length = rng.randint(-(-target // 9), MAX_SUM_DIGITS)
+        digits = [rng.randint(1, 9) for _ in range(length - 1)]
+        last = target - sum(digits)
+        if 1 <= last <= 9:
+            return [*digits, last]
+
+
 class DigitSum(Task):
     def sample_problem(self, rng):
         return (rng.randint(*SUM_RANGE),)
@@ -129,19 +162,73 @@ class DigitSum(Task):
     def demonstration(self, problem, rng):
         target = problem[0]
         if rng.random() < self.demo_accuracy:  # a random valid decomposition of random length
-            while True:
-                length = rng.randint(-(-target // 9), MAX_SUM_DIGITS)
-                digits = [rng.randint(1, 9) for _ in range(length - 1)]
-                last = target - sum(digits)
-                if 1 <= last <= 9:
-                    answer = [*map(str, digits), str(last)]
-                    break
+            answer = list(map(str, _random_decomposition(target, rng)))
         else:
             answer = [str(rng.randint(1, 9)) for _ in range(rng.randint(1, 4))]
         return encode(_demo(answer, rng))
 
 
+_DIGIT_IDS = torch.tensor([TOKEN_ID[str(d)] for d in range(10)])
+_NONZERO_IDS = _DIGIT_IDS[1:]
+
+
+@dataclass(frozen=True)
+class DigitChain(Task):
+    """``d₁ … d_k = S <eos>``: decisions and forced tokens only (module docstring)."""
+
+    copy_noise: float = 0.0
+    """Warm-start demonstrations miscopy each digit of S with this probability (forced-token entropy)."""
+    target_range: tuple[int, int] = (6, 14)
+    """S is drawn uniformly from this closed range (two digits in the prompt either way)."""
+
+    def sample_problem(self, rng):
+        return (rng.randint(*self.target_range),)
+
+    def prompt(self, problem):
+        return encode([BOS, "sum", ":", *f"{problem[0]:02d}"])
+
+    def score(self, text, problem):
+        match = re.fullmatch(r"([1-9]{1,%d})=(\d\d)" % MAX_SUM_DIGITS, text)
+        well_formed = match is not None and match.group(2) == f"{problem[0]:02d}"
+        correct = well_formed and sum(map(int, match.group(1))) == problem[0]
+        return Scored(acc=float(correct), paper_a_score=(FORMAT_REWARD if well_formed else 0.0) + (CORRECTNESS_REWARD if correct else 0.0),
+                      pred=match.group(1) if match is not None else None)
+
+    def demonstration(self, problem, rng):
+        target = problem[0]
+        if rng.random() < self.demo_accuracy:
+            digits = _random_decomposition(target, rng)
+        else:
+            digits = [rng.randint(1, 9) for _ in range(rng.randint(1, MAX_SUM_DIGITS))]
+        copy = [c if rng.random() >= self.copy_noise else str(rng.randint(0, 9)) for c in f"{target:02d}"]
+        return encode([*map(str, digits), EQUALS, *copy, EOS])
+
+    def token_roles(self, prompts, responses, mask):
+        """The grammar run over the batch, one position at a time (≤ 9 positions, vectorised over rows)."""
+        batch, width = responses.shape
+        target = prompts[:, -2:]  # the prompt ends with the two digits of S
+        digits = torch.zeros(batch, dtype=torch.long)  # digits written so far
+        phase = torch.zeros(batch, dtype=torch.long)  # 0 digits, 1–2 copying S, 3 <eos>, 4 off the grammar
+        is_digit = torch.isin(responses, _NONZERO_IDS)
+        roles = torch.zeros_like(responses)
+        equals_id = TOKEN_ID[EQUALS]
+        for t in range(width):
+            token = responses[:, t]
+            writing = phase == 0
+            decision = writing & (digits < MAX_SUM_DIGITS)
+            roles[:, t] = torch.where(phase == 4, ROLE_OFF, torch.where(decision, ROLE_DECISION, ROLE_FORCED))
+            # the one valid token at a forced position; at a decision the valid set below
+            expected = torch.where(phase == 1, target[:, 0], torch.where(phase == 2, target[:, 1], torch.full_like(token, EOS_ID)))
+            digit_ok = writing & is_digit[:, t] & (digits < MAX_SUM_DIGITS)
+            equals_ok = writing & (token == equals_id) & (digits > 0)
+            copy_ok = (phase >= 1) & (phase <= 3) & (token == expected)
+            digits = digits + digit_ok.long()
+            phase = torch.where(digit_ok, phase, torch.where(equals_ok | copy_ok, phase + 1, torch.full_like(phase, 4)))
+        return torch.where(mask.bool(), roles, torch.full_like(roles, ROLE_NONE))
+
+
 TASKS: dict[str, Task] = {
+    "digit_chain": DigitChain(name="digit_chain", demo_accuracy=0.8, copy_noise=0.25),
     "max_digit": MaxDigit(name="max_digit", demo_accuracy=0.3),
     "digit_sum": DigitSum(name="digit_sum", demo_accuracy=0.25),
 }

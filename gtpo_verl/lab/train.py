@@ -1,8 +1,22 @@
 """One lab run: warm start, then RL steps (sample → reward → dynamic sampling → old log-probs →
 advantages → mini-batch updates), validating on the fixed set every ``eval_every`` steps.
 
-A seed fixes the warm start, the prompt stream and the sampler RNG; every method of that seed
-starts from the same weights and reads the same prompts in the same order.
+A seed fixes the warm start, the prompt stream, the sampler RNG, torch's global RNG (verl's
+Clip-Cov draws from it) and the validation samples; every
+method of that seed starts from the same weights and reads the same prompts in the same order.
+
+Per step, every method is measured on the same population: the responses to the step's first
+``prompts`` prompts (the training batch verl's V1 trainer dispatches first), before dynamic
+sampling drops or adds any group. ``reward``, ``entropy`` (token mean of the old-policy entropy),
+``entropy_decision`` / ``entropy_forced`` (the same over the tokens of each grammar role, tasks
+with roles only), ``length`` and ``all_equal_frac`` are that population's. ``kept_groups``,
+``prompts_sampled`` and ``stalled`` describe dynamic sampling (``gtpo_verl/lab/schedule.py``);
+``bonus_decision_share`` is the share of GTPO-token's entropy bonus (Eq. S18) on decision tokens
+of the trained batch's successes, next to ``decision_share_of_success_tokens``, those tokens' share.
+
+Validation draws the same uniforms at every validation (``SALT_VALIDATION`` and the seed only,
+inverse-CDF sampling in ``policy.sample``): a policy that has not changed scores the same, so a
+fall of validation pass@1 is a change of the policy, never a fresh draw.
 """
 
 from __future__ import annotations
@@ -17,10 +31,15 @@ import torch
 
 from gtpo_verl.lab.methods import Method
 from gtpo_verl.lab.policy import PolicySize, TinyCausalLM, init_seed, sample, score
-from gtpo_verl.lab.tasks import EOS_ID, MAX_RESPONSE_TOKENS, PAD_ID, VOCAB, PromptStream, Task, decode_response, prompt_tensor, validation_problems
+from gtpo_verl.lab.schedule import fill_training_batch
+from gtpo_verl.lab.tasks import (
+    EOS_ID, MAX_RESPONSE_TOKENS, PAD_ID, ROLE_DECISION, ROLE_FORCED, ROLE_OFF, VOCAB, PromptStream, Task, decode_response,
+    prompt_tensor, validation_problems,
+)
 from gtpo_verl.lab.update import actor_config, compute_advantages, policy_loss
+from gtpo_verl.plugin.estimators.gtpo_token import GTPO_TOKEN
 
-SALT_WARM_START, SALT_PROMPTS, SALT_SAMPLER, SALT_VALIDATION = 1, 2, 3, 4
+SALT_WARM_START, SALT_PROMPTS, SALT_SAMPLER, SALT_VALIDATION, SALT_GLOBAL = 1, 2, 3, 4, 5
 PASS_KS = (1, 2, 4, 8, 16)
 
 
@@ -30,18 +49,18 @@ class LabSize:
 
     steps: int = 400
     prompts: int = 8
-    """Prompts per training batch (after dynamic sampling)."""
+    """Prompts per training batch (``data.train_batch_size``; dynamic sampling fills it)."""
     group: int = 8
     """Responses per prompt (``rollout.n``)."""
-    lr: float = 1e-3
+    lr: float = 2e-4
     temperature: float = 1.0
     eval_every: int = 25
     eval_prompts: int = 32
     eval_samples: int = 16
-    gen_batch_multiplier: int = 2
-    """With dynamic sampling, prompts per generation batch = this × ``prompts`` (the DAPO recipe's gen_prompt_bsz uses 3)."""
-    max_refills: int = 1
-    """Dynamic sampling draws at most this many extra generation batches per step (verl's max_num_gen_batches − 1)."""
+    max_inflight_gen_batches: int = 3
+    """Dynamic sampling: prompts in flight at most, in training batches (``algorithm.filter_groups.max_inflight_gen_batches``, the DAPO recipes' 3)."""
+    stall_batches: int = 16
+    """The lab's bound on one step's prompts, in training batches (verl has none: its step would never end)."""
     warm_start_steps: int = 150
     warm_start_batch: int = 64
     warm_start_lr: float = 3e-3
@@ -88,12 +107,13 @@ def _pad_cat(tensors: list[torch.Tensor], fill: int = 0) -> torch.Tensor:
     return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]), value=fill) for t in tensors])
 
 
-def validate(model, task: Task, size: LabSize, seed: int, step: int) -> dict[str, float]:
-    """Unbiased pass@k (``gtpo_verl.algorithms.pass_at_k``), maj@n and distinct answers per prompt on the fixed set."""
+def validate(model, task: Task, size: LabSize, seed: int) -> dict[str, float]:
+    """Unbiased pass@k (``gtpo_verl.algorithms.pass_at_k``), maj@n and distinct answers per prompt on the
+    fixed set, from the same uniforms at every call (module docstring)."""
     from gtpo_verl.algorithms.pass_at_k import majority_success, pass_at_k
 
     problems = validation_problems(task, size.eval_prompts)
-    generator = torch.Generator().manual_seed(init_seed(seed, SALT_VALIDATION) + step)
+    generator = torch.Generator().manual_seed(init_seed(seed, SALT_VALIDATION))
     _, responses, mask, scored = _rollout(model, task, problems, size.eval_samples, size.temperature, generator)
     n = size.eval_samples
     acc = np.array([s.acc for s in scored]).reshape(-1, n)
@@ -110,7 +130,27 @@ def validate(model, task: Task, size: LabSize, seed: int, step: int) -> dict[str
 
 
 def _token_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    return float((values * mask).sum() / mask.sum().clamp_min(1))
+    """Mean of ``values`` over the tokens ``mask`` selects; NaN when it selects none (never 0)."""
+    count = float(mask.sum())
+    return float((values * mask).sum()) / count if count > 0 else float("nan")
+
+
+def gtpo_bonus_shares(entropy: torch.Tensor, mask: torch.Tensor, success: torch.Tensor, roles: torch.Tensor, group: int) -> tuple[float, float]:
+    """``(bonus share on decision tokens, decision tokens' share of success tokens)`` of a group-contiguous batch.
+
+    GTPO-token's bonus (Eq. S18 without α2, which cancels in a share): b_{i,t} = H_{i,t} / Σ_{k∈O+_t} H_{k,t} · d_t
+    on success tokens, d_t the number of successes still generating at t; 1 where that column's entropy sums to 0.
+    """
+    active = (mask > 0) & success[:, None]
+    if not bool(active.any()):
+        return float("nan"), float("nan")
+    h = torch.where(active, entropy.clamp_min(0.0), torch.zeros_like(entropy)).view(-1, group, entropy.shape[1])
+    column_sum = h.sum(1, keepdim=True)  # (groups, 1, T)
+    count = active.view(-1, group, entropy.shape[1]).sum(1, keepdim=True).to(entropy.dtype)
+    share = torch.where(column_sum > 0, h / column_sum.clamp_min(1e-30) * count, torch.ones_like(h)).view_as(entropy)
+    bonus = torch.where(active, share, torch.zeros_like(share))
+    decision = active & (roles == ROLE_DECISION)
+    return float(bonus[decision].sum() / bonus.sum()), float(decision.sum() / active.sum())
 
 
 HEALTH_KEYS = {
@@ -119,6 +159,9 @@ HEALTH_KEYS = {
     "gtpo/transform/high_entropy_tokens/kept_fraction": "high_entropy_kept_frac",
     "gtpo/conflict/pos_token_frac": "conflict_pos_token_frac",
 }
+CURVES = ("reward", "entropy", "entropy_decision", "entropy_forced", "off_grammar_frac", "length", "clipfrac", "all_equal_frac",
+          "kept_groups", "prompts_sampled", "stalled", "bonus_decision_share", "decision_share_of_success_tokens",
+          "cov_selected_tokens", *HEALTH_KEYS.values())
 
 
 def train_run(
@@ -135,74 +178,111 @@ def train_run(
     model.load_state_dict(weights)
     optimizer = torch.optim.Adam(model.parameters(), lr=size.lr, fused=True)
     stream = PromptStream(task, init_seed(seed, SALT_PROMPTS))
-    generator = torch.Generator().manual_seed(init_seed(seed, SALT_SAMPLER))
+    generator = torch.Generator().manual_seed(init_seed(seed, SALT_SAMPLER) + method.sampler_stream * 7_777_777)
+    # verl's clip_cov draws its clipped tokens from torch's global RNG: seeded per run, so a run does
+    # not depend on which worker ran what before it
+    torch.manual_seed(init_seed(seed, SALT_GLOBAL) + method.sampler_stream * 7_777_777)
     config = actor_config(method)
-    curves: dict[str, list[float]] = {k: [] for k in ("reward", "entropy", "length", "clipfrac", "all_equal_frac", "kept_groups", *HEALTH_KEYS.values())}
-    validations = [dict(step=0, **validate(model, task, size, seed, 0))]
+    group = size.group
+    curves: dict[str, list[float]] = {k: [] for k in CURVES}
+    validations = [dict(step=0, **validate(model, task, size, seed))]
     initial_entropy = None
     for step in range(1, size.steps + 1):
-        kept, sampled_groups, equal_groups, rewards_seen, entropy_seen, lengths_seen = [], 0, 0, [], [], []
-        for draw in range(1 + (size.max_refills if method.dynamic_sampling else 0)):
-            problems = stream.take(size.prompts * (size.gen_batch_multiplier if method.dynamic_sampling else 1))
-            prompts, responses, mask, scored = _rollout(model, task, problems, size.group, size.temperature, generator)
-            acc = torch.tensor([s.acc for s in scored]).view(-1, size.group)
-            equal = (acc == acc[:, :1]).all(1)
-            sampled_groups += len(problems)
-            equal_groups += int(equal.sum())
-            rewards_seen.append(acc.mean())
-            lengths_seen.append(mask.sum(1).float().mean())
-            keep = ~equal if method.dynamic_sampling else torch.ones_like(equal)
-            for g in torch.nonzero(keep).flatten().tolist():
-                rows = slice(g * size.group, (g + 1) * size.group)
-                reward = [s.paper_a_score if method.reward == "paper_a" else s.acc for s in scored[rows]]
-                kept.append((f"{step}-{draw}-{g}", prompts[rows], responses[rows], mask[rows], reward))
-            if len(kept) >= size.prompts:
-                break
-        kept = kept[: size.prompts]
-        stats = {"reward": float(torch.stack(rewards_seen).mean()), "length": float(torch.stack(lengths_seen).mean()),
-                 "all_equal_frac": equal_groups / sampled_groups, "kept_groups": float(len(kept))}
+        waves = []  # (prompts, responses, mask, scored, group keep flags) per dispatch
+
+        def dispatch(count: int) -> list[bool]:
+            problems = stream.take(count)
+            prompts, responses, mask, scored = _rollout(model, task, problems, group, size.temperature, generator)
+            acc = torch.tensor([s.acc for s in scored]).view(-1, group)
+            informative = ~(acc == acc[:, :1]).all(1)
+            waves.append((prompts, responses, mask, scored, informative))
+            return informative.tolist()
+
+        if method.dynamic_sampling:
+            filled = fill_training_batch(size.prompts, dispatch, size.max_inflight_gen_batches, size.stall_batches * size.prompts)
+            kept_groups, dispatched, stalled = filled.kept, filled.dispatched, filled.stalled
+        else:
+            dispatch(size.prompts)
+            kept_groups, dispatched, stalled = list(range(size.prompts)), size.prompts, False
+        prompts = torch.cat([w[0] for w in waves])
+        responses = _pad_cat([w[1] for w in waves], PAD_ID)
+        mask = _pad_cat([w[2] for w in waves])
+        scored = [s for w in waves for s in w[3]]
+        first = size.prompts * group  # the population every method is measured on: the first batch's responses
+        kept_rows = (torch.tensor(kept_groups, dtype=torch.long)[:, None] * group + torch.arange(group)[None]).flatten()
+        rows = torch.unique(torch.cat([torch.arange(first), kept_rows]))  # sorted: the first batch, then kept refills
+        width = int(mask[rows].sum(1).max())
+        prompts, responses, mask = prompts[rows], responses[rows, :width], mask[rows, :width]
+        scored = [scored[i] for i in rows.tolist()]
+        with torch.no_grad():  # the old-log-prob pass (π_θold = the sampling policy), verl's entropy with it
+            old_log_probs, entropys = score(model, prompts, responses, size.temperature)
+        roles = task.token_roles(prompts, responses, mask)
+        fmask = mask.float()
+        base = slice(0, first)
+        acc = torch.tensor([s.acc for s in scored])
+        stats = {"reward": float(acc[base].mean()), "entropy": _token_mean(entropys[base], fmask[base]),
+                 "length": float(fmask[base].sum(1).mean()), "all_equal_frac": 1.0 - float(waves[0][4].float().mean()),
+                 "kept_groups": float(len(kept_groups)), "prompts_sampled": float(dispatched), "stalled": float(stalled)}
+        if roles is not None:
+            for name, role in (("entropy_decision", ROLE_DECISION), ("entropy_forced", ROLE_FORCED)):
+                stats[name] = _token_mean(entropys[base], (roles[base] == role).float())
+            stats["off_grammar_frac"] = float((roles[base] == ROLE_OFF).sum() / fmask[base].sum())
+        if initial_entropy is None:  # ⟨H⟩_ini: mean of per-response mean entropy on the first batch
+            lengths = fmask[base].sum(1).clamp_min(1)
+            initial_entropy = float(((entropys[base] * fmask[base]).sum(1) / lengths).mean())
         metrics: dict[str, float] = {}
-        clipfracs = []
-        if kept:
-            prompts = torch.cat([k[1] for k in kept])
-            responses = _pad_cat([k[2] for k in kept], PAD_ID)
-            mask = _pad_cat([k[3] for k in kept])
-            uids = np.array([k[0] for k in kept for _ in range(size.group)], dtype=object)
-            scores = torch.tensor([r for k in kept for r in k[4]], dtype=torch.float32)
-            lengths = mask.sum(1)
-            token_level_rewards = torch.zeros(mask.shape, dtype=torch.float32)
-            token_level_rewards[torch.arange(len(lengths)), lengths - 1] = scores  # verl: score on the last valid token
-            with torch.no_grad():  # the old-log-prob pass (π_θold = the sampling policy)
-                old_log_probs, entropys = score(model, prompts, responses, size.temperature)
-            entropy_seen = _token_mean(entropys, mask.float())
-            if initial_entropy is None:  # ⟨H⟩_ini: mean of per-response mean entropy on the first batch
-                initial_entropy = float(((entropys * mask).sum(1) / lengths.clamp_min(1)).mean())
-            adv = compute_advantages(method, token_level_rewards, mask, uids, entropys, responses, old_log_probs, initial_entropy)
+        clipfracs, selected = [], []
+        if kept_groups:
+            train = torch.searchsorted(rows, kept_rows)  # positions of the kept rows among the scored ones
+            prompts_t, responses_t, mask_t = prompts[train], responses[train], mask[train]
+            lengths = mask_t.sum(1)
+            rewards = torch.tensor([scored[i].paper_a_score if method.reward == "paper_a" else scored[i].acc for i in train.tolist()],
+                                   dtype=torch.float32)
+            token_level_rewards = torch.zeros(mask_t.shape, dtype=torch.float32)
+            token_level_rewards[torch.arange(len(lengths)), lengths - 1] = rewards  # verl: score on the last valid token
+            uids = np.repeat(np.array([f"{step}-{g}" for g in kept_groups], dtype=object), group)
+            adv = compute_advantages(method, token_level_rewards, mask_t, uids, entropys[train], responses_t, old_log_probs[train],
+                                     initial_entropy)
             metrics.update(adv.metrics)
-            order = torch.randperm(len(kept), generator=generator)
-            chunks = order.chunk(min(method.mini_batches, len(kept)))
+            if method.estimator == GTPO_TOKEN.name and roles is not None:
+                share, token_share = gtpo_bonus_shares(entropys[train], mask_t, rewards > 0, roles[train], group)
+                stats["bonus_decision_share"], stats["decision_share_of_success_tokens"] = share, token_share
+            order = torch.randperm(len(kept_groups), generator=generator)
+            chunks = order.chunk(min(method.mini_batches, len(kept_groups)))
             for _ in range(method.ppo_epochs):
                 for chunk in chunks:
-                    rows = (chunk[:, None] * size.group + torch.arange(size.group)[None]).flatten()
-                    log_probs, _ = score(model, prompts[rows], responses[rows], size.temperature, with_entropy=False)
-                    loss, loss_metrics = policy_loss(config, old_log_probs[rows], log_probs, adv.advantages[rows], adv.response_mask[rows])
+                    mb = (chunk[:, None] * group + torch.arange(group)[None]).flatten()
+                    log_probs, _ = score(model, prompts_t[mb], responses_t[mb], size.temperature, with_entropy=False)
+                    loss, loss_metrics = policy_loss(config, old_log_probs[train][mb], log_probs, adv.advantages[mb], adv.response_mask[mb])
                     optimizer.zero_grad()
                     loss.backward()
                     torch.nn.utils.clip_grad_norm_(model.parameters(), size.grad_clip)
                     optimizer.step()
                     clipfracs.append(loss_metrics.get("actor/pg_clipfrac", 0.0))
-        stats["entropy"] = entropy_seen if kept else float("nan")
-        stats["clipfrac"] = float(np.mean(clipfracs)) if clipfracs else 0.0
+                    selected.append(_cov_selected(method, loss_metrics, int(mask_t[mb].sum())))
+        stats["clipfrac"] = float(np.mean(clipfracs)) if clipfracs else float("nan")
+        stats["cov_selected_tokens"] = float(np.mean(selected)) if selected and selected[0] is not None else float("nan")
         for key, name in HEALTH_KEYS.items():
             stats[name] = float(metrics[key]) if key in metrics else float("nan")
-        for key, value in stats.items():
-            curves[key].append(round(value, 5))
+        for key in CURVES:
+            value = stats.get(key, float("nan"))
+            curves[key].append(round(value, 5) if value == value else value)
         if step % size.eval_every == 0 or step == size.steps:
-            validations.append(dict(step=step, **validate(model, task, size, seed, step)))
+            validations.append(dict(step=step, **validate(model, task, size, seed)))
         if on_step is not None:
             on_step()
     return {"method": method.name, "task": task.name, "seed": seed, "initial_entropy": initial_entropy,
             "curves": curves, "validation": validations}
+
+
+def _cov_selected(method: Method, loss_metrics: dict, tokens: int) -> Optional[float]:
+    """Tokens verl's Clip-Cov / KL-Cov act on in one mini-batch: Clip-Cov's realised count (its ``pg_clipfrac``
+    is the selected share), KL-Cov's ``max(1, int(kl_cov_ratio · tokens))``; None for other losses."""
+    if method.loss_mode == "clip_cov":
+        return loss_metrics.get("actor/pg_clipfrac", 0.0) * tokens
+    if method.loss_mode == "kl_cov":
+        return float(max(1, int(method.policy_loss["kl_cov_ratio"] * tokens)))
+    return None
 
 
 def size_dict(size: LabSize) -> dict:

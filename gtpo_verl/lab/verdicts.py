@@ -4,10 +4,14 @@ Endpoints of one run (``endpoints``):
 
 - ``pass@1``, ``pass@16``: mean over the last ``ENDPOINT_EVALS`` validations (the last 75 steps
   at the default spacing of 25), on the fixed validation set;
-- ``entropy``, ``length``: mean token-mean old-policy entropy and mean response length over the
-  last ``ENDPOINT_STEPS`` training steps (the same token-mean for every method);
-- ``drawdown``: the largest fall of validation pass@1 below its running maximum (steadiness);
-- ``collapse``: 1 if the end state is ``collapsed-flat`` or ``trap``, else 0.
+- ``entropy``, ``entropy_decision``, ``entropy_forced``, ``length``: means over the last
+  ``ENDPOINT_STEPS`` training steps of the per-step values, each measured on the same population
+  for every method (the responses to the step's first training batch, ``gtpo_verl/lab/train.py``);
+- ``drawdown``: the largest fall of validation pass@1 below its running maximum (steadiness). Every
+  validation of a run draws the same uniforms, so a policy that has not changed scores the same:
+  evaluation noise cannot make a drawdown (``train.validate``);
+- ``collapse``: 1 if the end state is ``collapsed-flat`` (Paper A's policy collapse), else 0;
+- ``trap``: 1 if the end state is ``trap``; an outcome of its own, never counted as Paper A's collapse.
 
 End state (``end_state``), first match wins, with H₀ the first step's entropy, P₀ the step-0 pass@1:
 
@@ -15,18 +19,26 @@ End state (``end_state``), first match wins, with H₀ the first step's entropy,
    (a flattening distribution, rising entropy, falling reward);
 2. ``solved`` — pass@1 ≥ ``SOLVED_PASS1``;
 3. ``trap`` — pass@16 − pass@1 < ``TRAP_GAP`` (sampling 16 times adds almost nothing: a deterministic
-   unsolved rule, i.e. entropy collapse onto a partial answer);
+   unsolved rule, i.e. entropy collapse onto a partial answer — the opposite of Paper A's collapse);
 4. ``partial`` — pass@1 ≥ P₀ + ``PARTIAL_GAIN``;
 5. ``flat`` — none of the above.
 
-Claims (``PRIMARY_CLAIMS``, per task): the method's endpoint against its baseline's on the same
-seeds. Test: exact Wilcoxon signed-rank on continuous endpoints, exact sign test on the 0/1
-``collapse`` indicator; Holm-corrected over every primary claim of the study (both tasks). A
-claim is ``supported`` if its Holm p < ``ALPHA`` and the mean paired difference has the claimed
-sign, ``contradicted`` if Holm p < ``ALPHA`` with the opposite sign, else ``inconclusive``. Each
-verdict carries the paired mean difference and its seeded bootstrap 95 % interval. The context
-comparisons (``CONTEXT_COMPARISONS``: the entropy baselines, Clip-Cov, KL-Cov vs DAPO) are a
-second Holm family, two-sided, reported as ``higher`` / ``lower`` / ``no difference detected``.
+Families, each Holm-corrected on its own (per task rows pooled over the study's tasks):
+
+- ``primary`` (``PRIMARY_CLAIMS``): the papers' claims, method vs baseline on the same seeds, one
+  direction each: ``supported`` if Holm p < ``ALPHA`` and the mean paired difference has the claimed
+  sign, ``contradicted`` if Holm p < ``ALPHA`` with the opposite sign, else ``inconclusive``;
+- ``sensitivity`` (``SENSITIVITY``): the knobs the papers leave open (δ × ⟨H⟩_ini, GTPO's α₁);
+- ``context`` (``CONTEXT_COMPARISONS``): the entropy baselines, Clip-Cov and KL-Cov vs DAPO;
+- ``null`` (``NULL_COMPARISONS``): GRPO against its twin on another sampler stream — identical
+  methods, so every row should read ``no difference detected`` (at Holm's family-wise rate α).
+
+The last three are two-sided, reported as ``higher`` / ``lower`` / ``no difference detected``.
+Test: exact Wilcoxon signed-rank on continuous endpoints, exact sign test on 0/1 indicators. Each
+row carries the paired mean difference, its seeded bootstrap 95 % interval, the smallest p its
+exact test could reach with its pairs, and the seeds a z approximation says 80 % power needs at
+Holm's strictest threshold α/m of its family (never fewer than the exact test needs to get there;
+None where the observed effect is 0).
 """
 
 from __future__ import annotations
@@ -37,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from gtpo_verl.lab.stats import bootstrap_mean_ci, holm, seeds_for_power, sign_test, wilcoxon_signed_rank
+from gtpo_verl.lab.stats import bootstrap_mean_ci, holm, seeds_for_power, sign_test, smallest_exact_p, wilcoxon_signed_rank
 
 ENDPOINT_EVALS = 4
 ENDPOINT_STEPS = 50
@@ -48,6 +60,7 @@ PARTIAL_GAIN = 0.1
 ALPHA = 0.05
 BOOTSTRAP_SEED = 12345
 END_STATES = ("collapsed-flat", "solved", "trap", "partial", "flat")
+INDICATORS = ("collapse", "trap")
 
 
 @dataclass(frozen=True)
@@ -69,14 +82,21 @@ PRIMARY_CLAIMS = (
     Claim("B-length-seq", "B", "response length rises under GRPO-S vs DAPO", "DAPO_SEQ", "DAPO", "length", +1),
     Claim("B-pass16-token", "B", "pass@16 improves under GTPO (token) vs DAPO", "DAPO_TOKEN", "DAPO", "pass@16", +1),
     Claim("B-pass16-seq", "B", "pass@16 improves under GRPO-S vs DAPO", "DAPO_SEQ", "DAPO", "pass@16", +1),
-    Claim("A-no-collapse", "A", "GTPO-trajectory (official δ) collapses less than GRPO", "GTPO_TRAJ", "GRPO", "collapse", -1),
-    Claim("A-no-collapse-scaled", "A", "GTPO-trajectory (δ scaled to ⟨H⟩_ini) collapses less than GRPO", "GTPO_TRAJ_SCALED", "GRPO", "collapse", -1),
+    Claim("A-no-collapse", "A", "GTPO-trajectory (official δ) ends in Paper A's collapse less often than GRPO", "GTPO_TRAJ", "GRPO", "collapse", -1),
     Claim("A-steadier", "A", "GTPO-trajectory (official δ) is steadier than GRPO (smaller pass@1 drawdown)", "GTPO_TRAJ", "GRPO", "drawdown", -1),
-    Claim("A-steadier-scaled", "A", "GTPO-trajectory (δ scaled) is steadier than GRPO", "GTPO_TRAJ_SCALED", "GRPO", "drawdown", -1),
+    Claim("A-no-collapse-scaled", "A", "GTPO-trajectory (δ = ⟨H⟩_ini) ends in Paper A's collapse less often than GRPO", "GTPO_TRAJ_D10", "GRPO", "collapse", -1),
+    Claim("A-steadier-scaled", "A", "GTPO-trajectory (δ = ⟨H⟩_ini) is steadier than GRPO", "GTPO_TRAJ_D10", "GRPO", "drawdown", -1),
+)
+SENSITIVITY = (
+    *((m, "GRPO", e) for m in ("GTPO_TRAJ_D08", "GTPO_TRAJ_D10", "GTPO_TRAJ_D12") for e in ("pass@1", "pass@16", "entropy")),
+    *(("DAPO_TOKEN_A05", "DAPO", e) for e in ("entropy", "length", "pass@16")),
+    *(("DAPO_TOKEN_A05", "DAPO_TOKEN", e) for e in ("entropy", "pass@16")),
 )
 CONTEXT_METHODS = ("DAPO_HIGH_ENTROPY", "DAPO_ENTROPY_ADV", "CLIP_COV", "KL_COV")
 CONTEXT_ENDPOINTS = ("pass@1", "pass@16", "entropy")
 CONTEXT_COMPARISONS = tuple((m, "DAPO", e) for m in CONTEXT_METHODS for e in CONTEXT_ENDPOINTS)
+NULL_COMPARISONS = tuple(("GRPO_TWIN", "GRPO", e) for e in ("pass@1", "pass@16", "entropy", "length", "drawdown", "collapse"))
+TWO_SIDED_FAMILIES = {"sensitivity": SENSITIVITY, "context": CONTEXT_COMPARISONS, "null": NULL_COMPARISONS}
 
 
 def _nanmean(values) -> float:
@@ -105,16 +125,19 @@ def endpoints(run: dict, with_state: bool = True) -> dict[str, Any]:
     last = run["validation"][-ENDPOINT_EVALS:]
     pass1 = [v["pass@1"] for v in run["validation"]]
     running = np.maximum.accumulate(pass1)
+    curves = run["curves"]
     out: dict[str, Any] = {
         "pass@1": float(np.mean([v["pass@1"] for v in last])),
         "pass@16": float(np.mean([v["pass@16"] for v in last])),
-        "entropy": _nanmean(run["curves"]["entropy"][-ENDPOINT_STEPS:]),
-        "length": _nanmean(run["curves"]["length"][-ENDPOINT_STEPS:]),
+        **{name: _nanmean(curves.get(name, [])[-ENDPOINT_STEPS:]) for name in ("entropy", "entropy_decision", "entropy_forced", "length")},
         "drawdown": float(np.max(running - np.asarray(pass1))),
+        "kept_groups": _nanmean(curves.get("kept_groups", [])),
+        "stalled_steps": float(np.nansum(curves.get("stalled", []))),
     }
     if with_state:
         out["end_state"] = end_state(run)
-        out["collapse"] = float(out["end_state"] in ("collapsed-flat", "trap"))
+        out["collapse"] = float(out["end_state"] == "collapsed-flat")
+        out["trap"] = float(out["end_state"] == "trap")
     return out
 
 
@@ -125,7 +148,7 @@ def _paired(table: dict, task: str, method: str, baseline: str, endpoint: str) -
 
 
 def _test(endpoint: str, differences: np.ndarray) -> tuple[str, float]:
-    if endpoint == "collapse":
+    if endpoint in INDICATORS:
         return "exact sign test", sign_test(differences)
     return "exact Wilcoxon signed-rank", wilcoxon_signed_rank(differences)
 
@@ -138,39 +161,49 @@ def endpoint_table(runs: list[dict]) -> dict:
     return table
 
 
+def _row(task: str, method: str, baseline: str, endpoint: str, seeds: list[int], d: np.ndarray) -> dict[str, Any]:
+    test, p = _test(endpoint, d)
+    nonzero = int(np.sum(np.abs(d) > 1e-12))
+    return {"task": task, "method": method, "baseline": baseline, "endpoint": endpoint, "seeds": len(seeds), "test": test, "p": p,
+            "smallest_p": smallest_exact_p(nonzero), "mean_difference": float(d.mean()),
+            "ci95": list(bootstrap_mean_ci(d, seed=BOOTSTRAP_SEED)), "per_seed": [float(x) for x in d]}
+
+
+def _holm(family: list[dict]) -> None:
+    for row, adjusted in zip(family, holm([row["p"] for row in family])):
+        row["p_holm"] = adjusted
+    for row in family:
+        differences = np.asarray(row.pop("per_seed"), dtype=np.float64)
+        row["per_seed_difference"] = differences.round(6).tolist()
+        row["seeds_needed_80pct_power"] = seeds_for_power(differences, alpha=ALPHA, family_size=len(family))
+
+
 def verdicts(runs: list[dict]) -> dict[str, Any]:
-    """Every primary claim and context comparison, scored by the fixed rule; plus end-state counts."""
+    """Every family's rows scored by the fixed rule; plus end-state counts and the per-seed endpoints."""
     table = endpoint_table(runs)
     tasks = sorted({r["task"] for r in runs})
-    primary, context = [], []
+    primary: list[dict] = []
+    families: dict[str, list[dict]] = {name: [] for name in TWO_SIDED_FAMILIES}
     for task in tasks:
         for claim in PRIMARY_CLAIMS:
             seeds, d = _paired(table, task, claim.method, claim.baseline, claim.endpoint)
-            if not seeds:
-                continue
-            test, p = _test(claim.endpoint, d)
-            primary.append({"id": claim.id, "task": task, "paper": claim.paper, "claim": claim.text, "method": claim.method,
-                            "baseline": claim.baseline, "endpoint": claim.endpoint, "direction": claim.direction,
-                            "seeds": len(seeds), "test": test, "p": p, "mean_difference": float(d.mean()),
-                            "ci95": list(bootstrap_mean_ci(d, seed=BOOTSTRAP_SEED)),
-                            "seeds_needed_80pct_power": seeds_for_power(d)})
-        for method, baseline, endpoint in CONTEXT_COMPARISONS:
-            seeds, d = _paired(table, task, method, baseline, endpoint)
-            if not seeds:
-                continue
-            test, p = _test(endpoint, d)
-            context.append({"task": task, "method": method, "baseline": baseline, "endpoint": endpoint, "seeds": len(seeds),
-                            "test": test, "p": p, "mean_difference": float(d.mean()),
-                            "ci95": list(bootstrap_mean_ci(d, seed=BOOTSTRAP_SEED))})
-    for family in (primary, context):
-        for row, adjusted in zip(family, holm([row["p"] for row in family])):
-            row["p_holm"] = adjusted
+            if seeds:
+                primary.append({"id": claim.id, "paper": claim.paper, "claim": claim.text, "direction": claim.direction,
+                                **_row(task, claim.method, claim.baseline, claim.endpoint, seeds, d)})
+        for name, comparisons in TWO_SIDED_FAMILIES.items():
+            for method, baseline, endpoint in comparisons:
+                seeds, d = _paired(table, task, method, baseline, endpoint)
+                if seeds:
+                    families[name].append(_row(task, method, baseline, endpoint, seeds, d))
+    _holm(primary)
     for row in primary:
         significant = row["p_holm"] < ALPHA
         agrees = np.sign(row["mean_difference"]) == row["direction"]
         row["verdict"] = ("supported" if agrees else "contradicted") if significant else "inconclusive"
-    for row in context:
-        row["verdict"] = ("higher" if row["mean_difference"] > 0 else "lower") if row["p_holm"] < ALPHA else "no difference detected"
+    for family in families.values():
+        _holm(family)
+        for row in family:
+            row["verdict"] = ("higher" if row["mean_difference"] > 0 else "lower") if row["p_holm"] < ALPHA else "no difference detected"
     states = {f"{task}/{method}": dict(Counter(e["end_state"] for e in seeds.values())) for (task, method), seeds in sorted(table.items())}
-    return {"rule": __doc__, "alpha": ALPHA, "primary": primary, "context": context, "end_states": states,
+    return {"rule": __doc__, "alpha": ALPHA, "primary": primary, **families, "end_states": states,
             "endpoints": {f"{t}/{m}": {str(s): e for s, e in seeds.items()} for (t, m), seeds in sorted(table.items())}}

@@ -55,7 +55,8 @@ def _verl_compute_advantage(method, step, initial_entropy=None):
     return out.batch["advantages"]
 
 
-@pytest.mark.parametrize("name", ["DAPO", "DAPO_TOKEN", "DAPO_SEQ", "GRPO", "GTPO_TRAJ", "GTPO_TRAJ_SCALED"])
+@pytest.mark.parametrize("name", ["DAPO", "DAPO_TOKEN", "DAPO_SEQ", "GRPO", "GTPO_TRAJ", "GTPO_TRAJ_D08", "GTPO_TRAJ_D10", "GTPO_TRAJ_D12",
+                                  "DAPO_TOKEN_A05"])
 def test_every_estimator_of_the_table_matches_verls_compute_advantage(step, name):
     method = METHODS[name]
     initial_entropy = 0.5 if method.initial_entropy_threshold_ratio else None

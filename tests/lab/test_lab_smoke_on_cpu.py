@@ -18,7 +18,7 @@ def test_tiny_lab_run_writes_the_results_schema(tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
-    assert results["schema"] == "gtpo_verl.lab/1"
+    assert results["schema"] == "gtpo_verl.lab/2"
     assert results["methods"] == ["DAPO", "DAPO_TOKEN", "GTPO_TRAJ"] and results["seeds"] == [0, 1] and results["tasks"] == ["max_digit"]
     assert {"steps", "prompts", "group", "policy", "parameters"} <= set(results["sizes"])
     assert len(results["runs"]) == 6

@@ -38,7 +38,7 @@ def test_decode_stops_at_eos_and_demonstrations_are_well_formed():
     ids = encode(["<reasoning>", "a", "</reasoning>", "<answer>", "4", "</answer>"]) + [EOS_ID, TOKEN_ID["9"]]
     assert decode_response(ids) == "<reasoning>a</reasoning><answer>4</answer>"
     rng = random.Random(0)
-    for task in TASKS.values():
+    for task in (MAX, SUM):  # the tag-format tasks (digit_chain's demonstrations: test_lab_digit_chain_on_cpu.py)
         for _ in range(50):
             problem = task.sample_problem(rng)
             demo = task.demonstration(problem, rng)
