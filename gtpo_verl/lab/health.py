@@ -1,4 +1,4 @@
-"""Algorithm health, calibrated on lab runs.
+"""Algorithm health: the trainer's checks replayed on lab runs whose outcomes are known.
 
 - Silent terms: per method, the mean δ filtered fraction (``gtpo/delta/filtered_frac``), the
   entropy-advantage bonus's clipped fraction and the all-equal-group fraction, against the

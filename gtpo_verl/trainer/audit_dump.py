@@ -79,7 +79,7 @@ def _rows(value: torch.Tensor) -> list[list[int]]:
 
 def dump_audit_step(trainer, batch, estimator: str, entropy: torch.Tensor, responses: torch.Tensor,
                     initial_entropy: Optional[float]) -> Optional[str]:
-    """Write ``DIR/step_<k>.pt`` when the current global step is audited (called after the advantages)."""
+    """Write ``DIR/step_<k>.json`` + ``.safetensors`` when the current global step is audited (called after the advantages)."""
     settings = audit_settings(trainer.config)
     step = int(getattr(trainer, "global_steps", 0))
     if step not in settings.steps:

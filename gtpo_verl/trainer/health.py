@@ -1,8 +1,8 @@
 """Algorithm health: ``gtpo/health/*`` and one warning when a term of the method silently does nothing.
 
 Each check reads one per-step metric the diagnostics already computed and compares it with a
-threshold calibrated on the lab's runs (docs/lab.md, "Algorithm health"): the metric's value is
-far from the threshold in runs where the term acts and at or past it in runs where it does not.
+threshold; the lab replays each check on runs whose outcome is known (docs/lab.md, "Algorithm
+health"), to see whether the flag separates runs where the term acts from runs where it does not.
 A check's flag is ``gtpo/health/<name>`` (1 while the metric's running mean is at or past the
 threshold); the warning is logged when the flag turns on, with the key that fixes it.
 """

@@ -37,4 +37,4 @@ HEALTH_CHECKS = (
         "sampling (algorithm.filter_groups.enable=true) or use harder prompts",
     ),
 )
-"""Thresholds calibrated in the lab (``python -m gtpo_verl.lab``: ``results.json["health"]``)."""
+"""Thresholds the lab replays on runs with known outcomes (``python -m gtpo_verl.lab``: ``results.json["health"]``)."""

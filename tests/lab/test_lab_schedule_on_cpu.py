@@ -2,27 +2,27 @@
 ``fill_training_batch``, fed the same stream of groups, dispatch the same prompts per poll and train on
 a full batch of kept groups.
 
-What stands in for what cannot run here: TransferQueue's four calls go to the in-memory store of
-``research/dynamic_sampling_sim.py`` (same keys and tags), and the 2 s poll sleep completes every
-prompt in flight (the lab's timing: each dispatched group finishes before the next poll).
+verl's buffer reads and clears a real local TransferQueue (SimpleStorage on a local Ray cluster), whose
+prompt tags and trajectory fields are written as verl's trainer and ``AgentLoopWorkerTQ`` write them.
+What stands in for what cannot run here: generation. verl's 2 s poll sleep is replaced by one that
+completes every prompt in flight (the lab's timing: each dispatched group finishes before the next poll).
 """
 
-import importlib.util
 import itertools
-import sys
 
 import numpy as np
 import pytest
-from support.paths import REPO_ROOT
+from support.hydra import compose_gtpo
+from support.transfer_queue import TQ_OVERRIDES, local_transfer_queue
 
 from gtpo_verl.lab.schedule import fill_training_batch
 
-SPEC = importlib.util.spec_from_file_location("dynamic_sampling_sim", REPO_ROOT / "research" / "dynamic_sampling_sim.py")
-sim = importlib.util.module_from_spec(SPEC)
-sys.modules[SPEC.name] = sim
-SPEC.loader.exec_module(sim)
-
 GROUP = 4
+
+
+@pytest.fixture(scope="module")
+def transfer_queue():
+    yield from local_transfer_queue(compose_gtpo(*TQ_OVERRIDES).transfer_queue)
 
 
 def _stream(seed: int, keep_rate: float):
@@ -37,45 +37,47 @@ def _stream(seed: int, keep_rate: float):
         yield acc
 
 
-def _verl_step(stream, batch: int, max_inflight: int):
-    """One step of verl's sync ReplayBuffer: its dispatches per poll and the groups it returns."""
+def _verl_step(tq, stream, batch: int, max_inflight: int, step: int):
+    """One step of verl's sync ReplayBuffer on the real TransferQueue: its dispatches per poll and the groups it returns."""
     from verl.trainer.ppo.v1 import replay_buffer
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-    tq = sim.MemoryTQ()
     waves, running, accs = [], [], {}
 
-    def refill(count):  # the trainer's _add_prompts_to_generate
+    def refill(count):  # the trainer's _add_prompts_to_generate: prompt tags, then dispatch
         waves.append(count)
-        for _ in range(count):
-            uid = f"p{len(accs)}"
+        uids = [f"s{step}p{len(accs) + i}" for i in range(count)]
+        for uid in uids:
             accs[uid] = next(stream)
-            tq.tags["train"][uid] = {"is_prompt": True, "status": "running", "global_steps": 1}
-            running.append(uid)
+        tq.kv_batch_put(keys=uids, partition_id="train",
+                        tags=[{"is_prompt": True, "status": "running", "global_steps": step} for _ in uids])
+        running.extend(uids)
         return count
 
     def poll(partition_id, last_debug_time):  # every prompt in flight finishes before the next poll
-        for uid in running:
-            for session, acc in enumerate(accs[uid]):
-                key = f"{uid}_{session}_0"
-                tq.tags["train"][key] = {"status": "success", "global_steps": 1}
-                tq.values[key] = {"reward_extra_info": {"acc": float(acc)}}
-            tq.tags["train"][uid]["status"] = "finished"
+        if running:
+            keys = [f"{uid}_{session}_0" for uid in running for session in range(GROUP)]
+            fields = [{"extra_fields": {"reward_extra_info": {"acc": float(accs[uid][session])}}}
+                      for uid in running for session in range(GROUP)]  # what AgentLoopWorkerTQ writes
+            tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields),
+                            tags=[{"status": "success", "global_steps": step} for _ in keys])
+            tq.kv_batch_put(keys=list(running), partition_id="train",
+                            tags=[{"is_prompt": True, "status": "finished", "global_steps": step} for _ in running])
         running.clear()
         return last_debug_time
 
-    real_tq, replay_buffer.tq = replay_buffer.tq, tq
-    try:
-        buffer = replay_buffer.ReplayBuffer(
-            trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
-            sampler_kwargs={}, refill_fn=refill, filter_groups_metric="acc", train_batch_size=batch, gen_batch_size=1,
-            max_inflight_gen_batches=max_inflight,
-        )
-        buffer._wait_for_next_poll = poll
-        refill(batch)  # PPOTrainer.prepare_step: one training batch
-        meta, metrics = buffer.sample(global_steps=1, partition_id="train", batch_size=batch)
-    finally:
-        replay_buffer.tq = real_tq
+    buffer = replay_buffer.ReplayBuffer(
+        trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
+        sampler_kwargs={}, refill_fn=refill, filter_groups_metric="acc", train_batch_size=batch, gen_batch_size=1,
+        max_inflight_gen_batches=max_inflight,
+    )
+    buffer._wait_for_next_poll = poll
+    refill(batch)  # PPOTrainer.prepare_step: one training batch
+    meta, metrics = buffer.sample(global_steps=step, partition_id="train", batch_size=batch)
     trained = {key.split("_")[0] for key in meta.keys}
+    left = list((tq.kv_list() or {}).get("train", {}))
+    if left:  # the trained batch (and nothing else verl kept) is the step's to consume
+        tq.kv_clear(partition_id="train", keys=left)
     return waves, trained, accs, metrics
 
 
@@ -92,11 +94,11 @@ def _lab_step(stream, batch: int, max_inflight: int, stall_prompts: int = 10_000
 
 @pytest.mark.parametrize("keep_rate", [0.9, 0.5, 0.2, 0.06])
 @pytest.mark.parametrize("max_inflight", [1, 3])
-def test_the_lab_dispatches_what_verls_buffer_dispatches(keep_rate, max_inflight, monkeypatch):
-    monkeypatch.setenv("PYTHONHASHSEED", "0")
+def test_the_lab_dispatches_what_verls_buffer_dispatches(transfer_queue, keep_rate, max_inflight):
     batch = 8
     for seed in range(6):
-        waves, trained, accs, metrics = _verl_step(_stream(seed, keep_rate), batch, max_inflight)
+        step = 1 + seed
+        waves, trained, accs, metrics = _verl_step(transfer_queue, _stream(seed, keep_rate), batch, max_inflight, step)
         filled, lab_accs = _lab_step(_stream(seed, keep_rate), batch, max_inflight)
         assert filled.waves == waves, (seed, keep_rate)  # the same refill per poll, so the same prompts consumed
         assert not filled.stalled and len(filled.kept) == batch == len(trained)

@@ -46,7 +46,7 @@ def test_cluster_job_composes_with_the_shape_the_demo_claims(tmp_path):
     import math
 
     assert rows % math.lcm(2, mini_rows) != 0
-    assert validate_audit_config(config).steps == (2, 4)  # the audited steps' weights are saved
+    assert validate_audit_config(config).steps == (2, 8)  # the audited steps' weights are saved
     assert "hf_model" in OmegaConf.to_container(config.actor_rollout_ref.actor.checkpoint.save_contents)
 
 

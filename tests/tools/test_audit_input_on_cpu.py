@@ -73,7 +73,7 @@ def test_a_crafted_pickle_runs_nothing(tmp_path, where):
     payload = pickle.dumps(_Payload(marker))
     folder = tmp_path / "audit"
     save_audit_step(_complete_record(), str(folder))
-    if where == "pt":  # the old dump name, beside a valid dump: never opened
+    if where == "pt":  # a .pt (torch pickle) file beside a valid dump: never opened
         (folder / "step_1.pt").write_bytes(payload)
     else:
         (folder / f"step_1.{where}").write_bytes(payload)
