@@ -208,8 +208,8 @@ def job_overrides(args, out: str, data_dir: str, model_dir: str, audit_dir: str)
 def parse_args(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.path.join(ROOT, "outputs", "demo_cluster"))
-    # a warm-start group is all-equal about one time in eight (p ≈ 0.5, 4 answers): over 8 steps × 6 groups
-    # dynamic sampling has nothing to evict with probability ≈ 0.875^48 ≈ 0.2 % (over 4 steps: 4 %)
+    # near the warm start (success rate ≈ 0.5) all-equal groups are rare, and 4 steps may evict none
+    # (docs/cpu_demo.md): 8 give the policy time to move off 0.5, and dynamic sampling a group to evict
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--prompts", type=int, default=6, help="train_batch_size; 6 × 4 rows are padded to 32")
     parser.add_argument("--group", type=int, default=4)
