@@ -20,7 +20,7 @@ set -euo pipefail
 [[ "${DRY_RUN:-0}" != 0 ]] || set -x
 
 # ---- algorithm block: GTPO, r̃_{i,t} = α1·r_i + α2·H_{i,t}/Σ_{k∈O+_t} H_{k,t}·d_t (S18), vanilla loss, token-mean (S22) ----
-# NOTE: α1, α2 of the v1-v4 runs are not published; 0.9/0.1 (α1 + α2 = 1, as `base` requires).
+# NOTE: α1, α2 of the v1-v4 runs are not published; 0.9/0.1 (α1 + α2 = 1, which `base` does not need; `clipped_len` requires it).
 EXP_NAME=${EXP_NAME:-Qwen2.5-32B-DAPO_TOKEN}
 LOSS_AGG_MODE=${LOSS_AGG_MODE:-token-mean}
 ALGORITHM_ARGS=(
