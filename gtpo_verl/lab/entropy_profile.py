@@ -28,20 +28,6 @@ def mean_entropy(entropy: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.where(valid, entropy, 0.0).sum(1) / np.maximum(valid.sum(1), 1)
 
 
-def top_share(entropy: np.ndarray, mask: np.ndarray, fraction: float) -> np.ndarray:
-    """Per response: the share of Σ_t H_{i,t} on its top ⌈fraction·|o_i|⌉ tokens (NaN where Σ H = 0)."""
-    valid = mask > 0
-    h = np.where(valid, np.clip(entropy, 0.0, None), -np.inf)
-    ranked = -np.sort(-h, axis=1)  # descending, masked positions last
-    lengths = valid.sum(1)
-    k = np.ceil(fraction * lengths).astype(np.int64)
-    take = np.arange(h.shape[1])[None, :] < k[:, None]
-    top = np.where(take, ranked, 0.0).sum(1)
-    total = np.where(valid, np.clip(entropy, 0.0, None), 0.0).sum(1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total > 0, top / total, np.nan)
-
-
 def top_mask(entropy: np.ndarray, mask: np.ndarray, fraction: float) -> np.ndarray:
     """(B, T) bool: each response's top ⌈fraction·|o_i|⌉ valid tokens by entropy (ties: earlier position first)."""
     valid = mask > 0
@@ -51,6 +37,15 @@ def top_mask(entropy: np.ndarray, mask: np.ndarray, fraction: float) -> np.ndarr
     np.put_along_axis(rank, order, np.arange(h.shape[1])[None, :].repeat(h.shape[0], 0), axis=1)
     k = np.ceil(fraction * valid.sum(1)).astype(np.int64)
     return valid & (rank < k[:, None])
+
+
+def top_share(entropy: np.ndarray, mask: np.ndarray, fraction: float) -> np.ndarray:
+    """Per response: the share of Σ_t H_{i,t} on its top ⌈fraction·|o_i|⌉ tokens (NaN where Σ H = 0)."""
+    h = np.where(mask > 0, np.clip(entropy, 0.0, None), 0.0)
+    top = np.where(top_mask(h, mask, fraction), h, 0.0).sum(1)
+    total = h.sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, top / total, np.nan)
 
 
 def entropy_profile(entropy: np.ndarray, mask: np.ndarray) -> dict:

@@ -29,6 +29,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
+from gtpo_verl.algorithms.token_shaping import column_share
 from gtpo_verl.lab.methods import Method
 from gtpo_verl.lab.policy import PolicySize, TinyCausalLM, init_seed, sample, score
 from gtpo_verl.lab.schedule import fill_training_batch
@@ -138,17 +139,14 @@ def _token_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
 def gtpo_bonus_shares(entropy: torch.Tensor, mask: torch.Tensor, success: torch.Tensor, roles: torch.Tensor, group: int) -> tuple[float, float]:
     """``(bonus share on decision tokens, decision tokens' share of success tokens)`` of a group-contiguous batch.
 
-    GTPO-token's bonus (Eq. S18 without α2, which cancels in a share): b_{i,t} = H_{i,t} / Σ_{k∈O+_t} H_{k,t} · d_t
-    on success tokens, d_t the number of successes still generating at t; 1 where that column's entropy sums to 0.
+    GTPO-token's bonus (Eq. S18 without α2, which cancels in a share) is the estimator's own column share
+    (``algorithms.token_shaping.column_share``): H_{i,t} · d_t / Σ_{k∈O+_t} H_{k,t} on success tokens.
     """
     active = (mask > 0) & success[:, None]
     if not bool(active.any()):
         return float("nan"), float("nan")
-    h = torch.where(active, entropy.clamp_min(0.0), torch.zeros_like(entropy)).view(-1, group, entropy.shape[1])
-    column_sum = h.sum(1, keepdim=True)  # (groups, 1, T)
-    count = active.view(-1, group, entropy.shape[1]).sum(1, keepdim=True).to(entropy.dtype)
-    share = torch.where(column_sum > 0, h / column_sum.clamp_min(1e-30) * count, torch.ones_like(h)).view_as(entropy)
-    bonus = torch.where(active, share, torch.zeros_like(share))
+    group_ids = torch.arange(entropy.shape[0]) // group
+    bonus = column_share(entropy.clamp_min(0.0), active.to(entropy.dtype), group_ids, entropy.shape[0] // group)
     decision = active & (roles == ROLE_DECISION)
     return float(bonus[decision].sum() / bonus.sum()), float(decision.sum() / active.sum())
 
@@ -241,7 +239,8 @@ def train_run(
             token_level_rewards = torch.zeros(mask_t.shape, dtype=torch.float32)
             token_level_rewards[torch.arange(len(lengths)), lengths - 1] = rewards  # verl: score on the last valid token
             uids = np.repeat(np.array([f"{step}-{g}" for g in kept_groups], dtype=object), group)
-            adv = compute_advantages(method, token_level_rewards, mask_t, uids, entropys[train], responses_t, old_log_probs[train],
+            old_log_probs_t = old_log_probs[train]
+            adv = compute_advantages(method, token_level_rewards, mask_t, uids, entropys[train], responses_t, old_log_probs_t,
                                      initial_entropy)
             metrics.update(adv.metrics)
             if method.estimator == GTPO_TOKEN.name and roles is not None:
@@ -253,7 +252,7 @@ def train_run(
                 for chunk in chunks:
                     mb = (chunk[:, None] * group + torch.arange(group)[None]).flatten()
                     log_probs, _ = score(model, prompts_t[mb], responses_t[mb], size.temperature, with_entropy=False)
-                    loss, loss_metrics = policy_loss(config, old_log_probs[train][mb], log_probs, adv.advantages[mb], adv.response_mask[mb])
+                    loss, loss_metrics = policy_loss(config, old_log_probs_t[mb], log_probs, adv.advantages[mb], adv.response_mask[mb])
                     optimizer.zero_grad()
                     loss.backward()
                     torch.nn.utils.clip_grad_norm_(model.parameters(), size.grad_clip)
