@@ -16,14 +16,15 @@ import numpy as np
 ZERO_TOLERANCE = 1e-12  # |d| below this counts as a tie (float endpoints of identical runs)
 
 
-def _nonzero(differences: Sequence[float]) -> np.ndarray:
+def nonzero_differences(differences: Sequence[float]) -> np.ndarray:
+    """The differences both exact tests use: ties (|d| ≤ ``ZERO_TOLERANCE``) dropped."""
     d = np.asarray(differences, dtype=np.float64)
     return d[np.abs(d) > ZERO_TOLERANCE]
 
 
 def sign_test(differences: Sequence[float]) -> float:
     """Two-sided exact sign-test p-value: 2·P(Bin(n, ½) ≤ min(#pos, #neg)), capped at 1; 1 when n = 0."""
-    d = _nonzero(differences)
+    d = nonzero_differences(differences)
     n = d.size
     if n == 0:
         return 1.0
@@ -38,7 +39,7 @@ def wilcoxon_signed_rank(differences: Sequence[float]) -> float:
     The null distribution of W+ is enumerated over all 2^n sign patterns for n ≤ 20; above that
     the normal approximation with tie correction is used.
     """
-    d = _nonzero(differences)
+    d = nonzero_differences(differences)
     n = d.size
     if n == 0:
         return 1.0
@@ -134,8 +135,8 @@ def seeds_for_power(
         return int(math.ceil(((z + z_power) * sd / effect) ** 2))
     if not (d.size > 1 and effect > 0):
         return None
-    floor = next(n for n in range(1, 64) if smallest_exact_p(n) <= level)
+    floor = max(1, math.ceil(math.log2(2.0 / level)))  # the fewest pairs with smallest_exact_p(n) ≤ level
     return max(floor, int(math.ceil(((z + z_power) * sd / effect) ** 2)) if sd > 0 else floor)
 
 
-__all__ = ["sign_test", "wilcoxon_signed_rank", "holm", "bootstrap_mean_ci", "seeds_for_power", "smallest_exact_p"]
+__all__ = ["sign_test", "wilcoxon_signed_rank", "holm", "bootstrap_mean_ci", "seeds_for_power", "smallest_exact_p", "nonzero_differences"]

@@ -49,7 +49,9 @@ from typing import Any
 
 import numpy as np
 
-from gtpo_verl.lab.stats import bootstrap_mean_ci, holm, seeds_for_power, sign_test, smallest_exact_p, wilcoxon_signed_rank
+from gtpo_verl.lab.stats import (
+    bootstrap_mean_ci, holm, nonzero_differences, seeds_for_power, sign_test, smallest_exact_p, wilcoxon_signed_rank,
+)
 
 ENDPOINT_EVALS = 4
 ENDPOINT_STEPS = 50
@@ -163,7 +165,7 @@ def endpoint_table(runs: list[dict]) -> dict:
 
 def _row(task: str, method: str, baseline: str, endpoint: str, seeds: list[int], d: np.ndarray) -> dict[str, Any]:
     test, p = _test(endpoint, d)
-    nonzero = int(np.sum(np.abs(d) > 1e-12))
+    nonzero = len(nonzero_differences(d))
     return {"task": task, "method": method, "baseline": baseline, "endpoint": endpoint, "seeds": len(seeds), "test": test, "p": p,
             "smallest_p": smallest_exact_p(nonzero), "mean_difference": float(d.mean()),
             "ci95": list(bootstrap_mean_ci(d, seed=BOOTSTRAP_SEED)), "per_seed": [float(x) for x in d]}
