@@ -7,7 +7,7 @@ trainer pads batches with rows whose ``response_mask`` is all zero).
 
 Everything here is a whole-batch tensor operation: reductions go through ``index_add_``
 and ``bmm``, never a Python loop over rows or tokens (the CPU row blocks of a ``(B, T)`` pass
-are in ``kernels/blocks.py``).
+are in ``blocks.py``).
 
 Functions create their tensors on the device of their inputs; ``group_ids_from_uids``
 returns CPU ids (uids come from numpy), which the estimators move to the data's device.

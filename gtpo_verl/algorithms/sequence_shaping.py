@@ -21,7 +21,7 @@ from gtpo_verl.algorithms.choices import (  # noqa: F401  (the vocabularies, re-
     SUCCESS_SHARES,
 )
 from gtpo_verl.algorithms.groups import group_sum, row_dot
-from gtpo_verl.algorithms.kernels.blocks import masked_rows
+from gtpo_verl.algorithms.blocks import masked_rows
 from gtpo_verl.algorithms.normalization import zscore_by_class_
 
 # Same stabiliser as verl's vanilla loss: |log π_θ − log π_old| is clamped before exp.

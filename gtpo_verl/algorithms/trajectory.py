@@ -26,7 +26,7 @@ from gtpo_verl.algorithms.choices import (  # noqa: F401  (the vocabularies, re-
     OVERLAP_MODES,
 )
 from gtpo_verl.algorithms.groups import group_sum, members_matrix, sample_variance
-from gtpo_verl.algorithms.kernels.blocks import masked_rows
+from gtpo_verl.algorithms.blocks import masked_rows
 
 LN2 = math.log(2.0)
 # A response is tied with its group mean (inactive, A = 0, as in an all-equal group) when

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 
 import torch
 
-from gtpo_verl.algorithms.kernels.threads import one_cpu_thread
+from gtpo_verl.plugin.threads import one_cpu_thread
 from gtpo_verl.plugin.config import ConfigError, check_entries, to_dict, to_list
 from gtpo_verl.plugin.context import bound_estimator_input, record_estimator_output
 from gtpo_verl.plugin.finite import check_finite
@@ -270,7 +270,7 @@ def apply_adv_transforms(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Apply ``transforms`` in order; returns ``(advantages, response_mask)`` (the mask narrowed or not).
 
-    On the CPU each runs on one thread, as the estimators do (``kernels/threads.py``). A NaN/Inf
+    On the CPU each runs on one thread, as the estimators do (``plugin/threads.py``). A NaN/Inf
     float input or result at a valid position raises one ``ValueError`` naming the row and its
     uid (``uids``, row-aligned, or a callable that reads them, called only for the message).
     """

@@ -10,7 +10,7 @@ import itertools
 import pytest
 import torch
 
-from gtpo_verl.algorithms.kernels import blocks
+from gtpo_verl.algorithms import blocks
 from gtpo_verl.algorithms.kernels import gtpo_token as fused
 from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage
 from gtpo_verl.algorithms.token_shaping import (

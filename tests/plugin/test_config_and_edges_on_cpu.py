@@ -208,7 +208,7 @@ def test_share_stats_follow_conservation():
 def test_row_blocking_changes_nothing(monkeypatch, name):
     """CPU estimators work in row blocks; tiny blocks (many blocks, a ragged last one) must give
     bitwise the same advantages as one block."""
-    from gtpo_verl.algorithms.kernels import blocks
+    from gtpo_verl.algorithms import blocks
 
     rewards, mask, uids, entropy, responses = _batch(prompts=5, group=3, width=7)
     block = {"negative_shaping": True} if name != "gtpo_traj" else {}

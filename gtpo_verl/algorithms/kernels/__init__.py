@@ -1,4 +1,4 @@
-"""How the estimators' equations run over a batch, without their math: the fused form of
-``gtpo_token`` (``gtpo_token.py``, held to its readable twin in ``algorithms/token_shaping.py``), the
-CPU row blocks and the masked first pass of ``grpo_s`` and ``gtpo_traj`` (``blocks.py``), and the
-one-thread policy of an estimator call on the CPU (``threads.py``)."""
+"""Fused forms of the estimators' equations, scheduled over a batch without math of their own: GTPO's
+(``gtpo_token.py``, held to its readable twin in ``algorithms/token_shaping.py``). They sit above
+the equations and their helpers (``groups.py``, ``blocks.py``) and are called only by the
+estimators' dispatch (``plugin/estimators/``)."""

@@ -22,7 +22,7 @@ import os
 import torch
 
 from gtpo_verl.algorithms.groups import group_sum, row_dot, row_sum_squares
-from gtpo_verl.algorithms.kernels.blocks import RowBlocks, masked_product_
+from gtpo_verl.algorithms.blocks import RowBlocks, masked_product_
 from gtpo_verl.algorithms.normalization import class_sets, set_means, set_row_scale
 from gtpo_verl.algorithms.token_shaping import (
     TokenShaping,

@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 
 from gtpo_verl.algorithms.groups import group_ids_from_uids
-from gtpo_verl.algorithms.kernels.threads import one_cpu_thread
+from gtpo_verl.plugin.threads import one_cpu_thread
 from gtpo_verl.plugin.context import bound_estimator_input, record_estimator_output
 from gtpo_verl.plugin.estimators.grpo_s import GRPO_S
 from gtpo_verl.plugin.estimators.gtpo_token import GTPO_TOKEN
@@ -45,7 +45,7 @@ def _verl_adapter(row: Estimator) -> Callable:
 
     ``config`` is verl's ``algorithm`` node; ``index`` the uids. The detailed result (and the name
     verl called) reach the trainer through ``plugin/context.py``. On the CPU the call runs on one
-    thread (``kernels/threads.py``).
+    thread (``plugin/threads.py``).
     """
     owner = f"advantage estimator {row.name!r}"
 

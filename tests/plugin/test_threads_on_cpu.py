@@ -1,7 +1,7 @@
 """The estimators run their CPU passes on one thread, capped for the calling thread only.
 
 With a busy neighbour process every multi-threaded parallel region waits for a descheduled
-thread; ``kernels.threads.one_cpu_thread`` caps the calling thread's OpenMP team inside a
+thread; ``plugin.threads.one_cpu_thread`` caps the calling thread's OpenMP team inside a
 ``with`` block, and the plugin's verl adapters run every estimator in one. These tests check the
 cap is real (torch sees one thread inside), scoped (restored after, also on error), thread-local
 (another Python thread keeps its count), CPU-only, and applied by the plugin, not by the math.
@@ -13,9 +13,9 @@ import threading
 import pytest
 import torch
 
-from gtpo_verl.algorithms.kernels import threads as cpu_threads
+from gtpo_verl.plugin import threads as cpu_threads
 from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage
-from gtpo_verl.algorithms.kernels.threads import one_cpu_thread
+from gtpo_verl.plugin.threads import one_cpu_thread
 from gtpo_verl.algorithms.sequence_shaping import grpo_s_advantage
 from gtpo_verl.algorithms.trajectory import gtpo_traj_advantage
 
