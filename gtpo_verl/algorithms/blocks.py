@@ -9,6 +9,8 @@ block is still one whole-tensor operation over its rows.
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from typing import NamedTuple
 
 import torch
@@ -25,6 +27,44 @@ CPU_BLOCK_ELEMENTS = 1 << 18
 # multi-threaded call splits the batch into at most this many blocks (few, large regions), with
 # CPU_BLOCK_ELEMENTS as the lower bound. Scratch buffers are then (B, T) / this each.
 PARALLEL_BLOCKS = 8
+
+
+# Transparent huge pages: a fresh (B, T) output of the CPU faults its pages in on first write, one
+# trap per 4 KiB page. Asking for 2 MiB pages before that write (madvise, honoured when the kernel's
+# THP mode is `madvise` or `always`) turns 8,192 faults per 32 MiB into 16.
+HUGE_PAGE_BYTES = 2 << 20
+_MADV_HUGEPAGE = 14  # linux/mman.h
+
+
+def _madvise():
+    """libc's ``madvise`` on Linux, else None (no huge-page request is made there)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    return madvise
+
+
+_LIBC_MADVISE = _madvise()
+
+
+def fresh_output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``torch.empty(shape)`` for an estimator's output, in huge pages on a Linux CPU where it spans some.
+
+    Only the whole 2 MiB pages inside the allocation are advised, before anything touches them;
+    a failed request (THP off, a kernel without it) leaves ordinary pages and the same tensor.
+    """
+    out = torch.empty(shape, dtype=dtype, device=device)
+    if device.type == "cpu" and _LIBC_MADVISE is not None:
+        start = -(-out.data_ptr() // HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES
+        stop = (out.data_ptr() + out.numel() * out.element_size()) // HUGE_PAGE_BYTES * HUGE_PAGE_BYTES
+        if stop > start:
+            _LIBC_MADVISE(start, stop - start, _MADV_HUGEPAGE)
+    return out
 
 
 def block_elements(numel: int, device: torch.device) -> int:
@@ -141,7 +181,7 @@ def masked_rows(
     batch, width = response_mask.shape
     device = response_mask.device
     blocks = RowBlocks(response_mask, dtype)
-    out = torch.empty(batch, width, dtype=dtype, device=device)
+    out = fresh_output((batch, width), dtype, device)
     counts = torch.empty(batch, dtype=dtype, device=device)
     entropy_sums = None if entropy is None else torch.empty(batch, dtype=dtype, device=device)
     last = torch.zeros(batch, dtype=dtype, device=device) if last_position else None

@@ -22,7 +22,7 @@ import os
 import torch
 
 from gtpo_verl.algorithms.groups import group_sum, row_dot, row_sum_squares
-from gtpo_verl.algorithms.blocks import RowBlocks, masked_product_
+from gtpo_verl.algorithms.blocks import RowBlocks, fresh_output, masked_product_
 from gtpo_verl.algorithms.normalization import class_sets, set_means, set_row_scale
 from gtpo_verl.algorithms.token_shaping import (
     TokenShaping,
@@ -102,24 +102,26 @@ def gtpo_token_advantage(
     column = entropy_share == "column"
     blocks = RowBlocks(response_mask, dtype)
     segment = group_ids * 2 + (~success).to(torch.int64)  # 2g for O+, 2g + 1 for O−
-    success_coef, failure_coef = bonus_coefficients(alpha2=alpha2, negative_shaping=negative_shaping, variant=variant)
-    segment_coef = torch.tensor([success_coef, failure_coef], dtype=torch.float64, device=device).repeat(num_groups)
-    row_coef = segment_coef[segment]
 
+    # pass 1: x = H (O+) or 1/(H + ε) (O−, negative_shaping) into the output, NaN off the mask
     out, counts, entropy_sums, shaped_sums, log_sums, column_sum, column_count = _entropy_pass(
         entropy.detach(), blocks, success, segment, 2 * num_groups, dtype=dtype, epsilon=epsilon,
         inverse=negative_shaping, column=column,
     )
     shares = _Shares(segment)
-    if column:
+    if column:  # share_{i,t} = x_{i,t} · d_t / Σ_{k∈set_t} x_{k,t}  (S18, S26)
         shares.table, shares.uniform = _share_tables_(column_sum, column_count)
-    else:  # 1/GM(H + ε) on O+ (S20), GM(H + ε) for 1/(H + ε) on O− (S27)
+    else:  # share_{i,t} = x_{i,t} / GM_t(x_i): 1/GM(H + ε) on O+ (S20), GM(H + ε) for 1/(H + ε) on O− (S27)
         log_mean = log_sums / counts.clamp_min(1)
         shares.row_factor = torch.exp(torch.where(success, -log_mean, log_mean))
     share_stats = _share_stats(out, blocks, success, shares) if return_share_stats else None
     # conservation: a segment's column shares sum to its tokens; a row's geometric shares to factor · Σ_t x
     share_totals = counts.to(torch.float64) if column else shares.row_factor.to(torch.float64) * shaped_sums.to(torch.float64)
-    shares.scale_by(segment_coef, row_coef, dtype)
+
+    # the bonus coefficients: +α2 on share⁺ (S18); −1 (S26) or −α2 (v6 Eq. 5) on share⁻; 0 if unshaped
+    _, failure_alpha = bonus_coefficients(alpha2=alpha2, negative_shaping=negative_shaping, variant=variant)
+    alpha = torch.tensor([alpha2, failure_alpha], dtype=torch.float64, device=device)[(~success).to(torch.int64)]  # (B,)
+    shares.times_alpha(alpha2, failure_alpha, alpha, dtype)
 
     if variant == "clipped_len":
         row_reward = overlong_length_penalty(
@@ -131,12 +133,15 @@ def gtpo_token_advantage(
         counts, success, group_ids, num_groups,
         mode=adv_norm if negative_shaping or variant == "unified_v6" else "single_combined",
     )
+    if not bool(torch.isfinite(row_reward).all()):
+        raise ValueError("non-finite sequence score or reward (NaN/Inf reward?)")
+    # pass 2: r̃_{i,t} − mean = α·share_{i,t} + (r_i − mean of the row's set), 0 off the mask  (S18, S21)
     if variant == "clipped_len":
         row_totals = _reward_pass_(out, blocks, shares, row_reward.to(dtype), centred=False, clip=(alpha1, kappa), success=success)
         set_mean = set_means(group_sum(row_totals.to(torch.float64), sets.set_ids, sets.num_sets), sets)
         row_sq_dev = _centre_pass_(out, blocks, (-set_mean[sets.set_ids]).to(dtype))
-    else:
-        row_totals = row_reward * counts.to(torch.float64) + row_coef * share_totals
+    else:  # set sums from token counts: Σ_t r̃_{i,t} = r_i·|o_i| + α·Σ_t share_{i,t}
+        row_totals = row_reward * counts.to(torch.float64) + alpha * share_totals
         set_mean = set_means(group_sum(row_totals, sets.set_ids, sets.num_sets), sets)
         row_sq_dev = _reward_pass_(out, blocks, shares, (row_reward - set_mean[sets.set_ids]).to(dtype), centred=True)
     if not bool(torch.isfinite(row_sq_dev).all()):
@@ -148,6 +153,7 @@ def gtpo_token_advantage(
         successes = group_sum((success & member).to(torch.int64), group_ids, num_groups)
         sizes = group_sum(member.to(torch.int64), group_ids, num_groups)
         keep_rows = ((successes > 0) & (successes < sizes))[group_ids]  # mixed groups
+    # pass 3: ÷ (std + ε) of the row's set  (S21, S28-S30)
     row_scale = set_row_scale(row_sq_dev, set_mean, sets, unbiased=std_unbiased, epsilon=epsilon, keep_rows=keep_rows)
     out.mul_(row_scale.to(dtype).unsqueeze(-1))
     return TokenShaping(
@@ -156,7 +162,7 @@ def gtpo_token_advantage(
 
 
 class _Shares:
-    """How pass 2 turns x into shares: a (segment, T) column table (+ uniform), or a per-row factor."""
+    """How pass 2 turns x into α · share: a (segment, T) column table (+ uniform), or a per-row factor."""
 
     def __init__(self, segment: torch.Tensor):
         self.segment = segment
@@ -164,23 +170,24 @@ class _Shares:
         self.uniform: torch.Tensor | None = None  # (2K, T) 1 on all-zero columns with members, else None
         self.row_factor: torch.Tensor | None = None  # (B,) 1/GM per row (geometric shares)
 
-    def scale_by(self, segment_coef: torch.Tensor, row_coef: torch.Tensor, dtype: torch.dtype) -> None:
-        """Fold each class's coefficient (+α2, −1, −α2 or 0) into the shares."""
-        if self.table is not None:
-            self.table.mul_(segment_coef.to(dtype).unsqueeze(-1))
-            if self.uniform is not None:
-                self.uniform.mul_(segment_coef.to(dtype).unsqueeze(-1))
-        else:
-            self.row_factor = (self.row_factor * row_coef).to(dtype)
+    def times_alpha(self, alpha2: float, failure_alpha: float, alpha: torch.Tensor, dtype: torch.dtype) -> None:
+        """Fold α into the shares: table rows 2g (O+) times α2, rows 2g + 1 (O−) times the failure α."""
+        if self.table is None:
+            self.row_factor = (self.row_factor * alpha).to(dtype)
+            return
+        for table in (self.table, self.uniform):
+            if table is not None:
+                table[0::2].mul_(alpha2)
+                table[1::2].mul_(failure_alpha)
 
-    def apply_(self, x: torch.Tensor, mask: torch.Tensor, block: slice, blocks: RowBlocks) -> torch.Tensor:
-        """``x ← x · table[segment] + mask · uniform[segment]`` or ``x · row_factor``, in place."""
+    def apply_(self, x: torch.Tensor, block: slice, blocks: RowBlocks) -> torch.Tensor:
+        """``x ← x · table[segment] + uniform[segment]`` or ``x · row_factor``, in place (NaN stays NaN)."""
         if self.table is None:
             return x.mul_(self.row_factor[block].unsqueeze(-1))
         gathered = torch.index_select(self.table, 0, self.segment[block], out=blocks.scratch(block, 1))
         x.mul_(gathered)
         if self.uniform is not None:
-            x.addcmul_(torch.index_select(self.uniform, 0, self.segment[block], out=gathered), mask)
+            x.add_(torch.index_select(self.uniform, 0, self.segment[block], out=gathered))
         return x
 
 
@@ -210,7 +217,7 @@ def _entropy_pass(entropy, blocks, success, segment, num_segments, *, dtype, eps
     """Pass 1: x into the output, row sums, (segment, T) column sums and counts (or the rows' Σ log)."""
     batch, width = entropy.shape
     device = entropy.device
-    out = torch.empty(batch, width, dtype=dtype, device=device)
+    out = fresh_output((batch, width), dtype, device)
     counts = torch.empty(batch, dtype=dtype, device=device)
     entropy_sums = torch.empty(batch, dtype=dtype, device=device)
     shaped_sums = torch.empty(batch, dtype=dtype, device=device) if inverse and not column else entropy_sums
@@ -238,11 +245,12 @@ def _entropy_pass(entropy, blocks, success, segment, num_segments, *, dtype, eps
         if column:
             column_sum.index_add_(0, segment[block], x)
             column_count.index_add_(0, segment[block], mask)
+        x.div_(mask)  # 0/0 = NaN marks the positions off the mask: pass 2 needs no mask
     return out, counts, entropy_sums, shaped_sums, log_sums, column_sum, column_count
 
 
 def _reward_pass_(out, blocks, shares, row_shift, *, centred, clip=None, success=None):
-    """Pass 2: ``out`` ← coefficient · share (+ ``clipped_bonus``) + mask · ``row_shift``.
+    """Pass 2: ``out`` ← α · share (+ ``clipped_bonus``) + ``row_shift``, then 0 where pass 1 left NaN.
 
     Returns the rows' Σ (value)² when ``centred`` (``row_shift`` = reward − set mean), else the
     rows' sums (for the set means of ``clipped_len``).
@@ -251,12 +259,11 @@ def _reward_pass_(out, blocks, shares, row_shift, *, centred, clip=None, success
     if clip is not None:
         is_success = success.to(out.dtype).unsqueeze(-1)
     for block in blocks:
-        mask = blocks.mask(block)
-        x = shares.apply_(out[block], mask, block, blocks)
+        x = shares.apply_(out[block], block, blocks)
         if clip is not None:
-            clipped = clipped_bonus(x, alpha1=clip[0], kappa=clip[1], out=blocks.scratch(block)).mul_(mask)
+            clipped = clipped_bonus(x, alpha1=clip[0], kappa=clip[1], out=blocks.scratch(block))
             x.mul_(1.0 - is_success[block]).addcmul_(clipped, is_success[block])
-        x.addcmul_(mask, row_shift[block].unsqueeze(-1))
+        x.add_(row_shift[block].unsqueeze(-1)).nan_to_num_(nan=0.0, posinf=float("inf"), neginf=float("-inf"))
         totals[block] = row_sum_squares(x) if centred else x.sum(-1)
     return totals
 
@@ -275,7 +282,7 @@ def _share_stats(shaped, blocks, success, shares):
     row_sum = torch.zeros(batch, dtype=torch.float64, device=shaped.device)
     row_sq, row_max = row_sum.clone(), row_sum.clone()
     for block in blocks:
-        share = shares.apply_(blocks.scratch(block, 2).copy_(shaped[block]), blocks.mask(block), block, blocks)
+        share = shares.apply_(blocks.scratch(block, 2).copy_(shaped[block]), block, blocks).nan_to_num_(nan=0.0)
         row_sum[block] = share.sum(-1).to(torch.float64)
         row_sq[block] = row_sum_squares(share).to(torch.float64)
         if share.shape[1]:
