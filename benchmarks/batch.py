@@ -69,6 +69,23 @@ class Batch:
         return Batch(**moved, uids=self.uids.copy(), size=self.size)
 
 
+def traffic_floor_bytes(batch: Batch, inputs: tuple[str, ...] = ()) -> int:
+    """Bytes an ideal estimator moves: the token rewards, the mask and each ``(B, T)`` input in
+    ``inputs`` (``"entropys"``, ``"responses"``) read once, the float32 output written once."""
+    nbytes = lambda t: t.numel() * t.element_size()  # noqa: E731
+    total = nbytes(batch.token_level_rewards) + nbytes(batch.response_mask)
+    return total + sum(nbytes(getattr(batch, name)) for name in inputs) + batch.numel * 4
+
+
+def streaming_pass(batch: Batch):
+    """A fused ``torch.add`` over ``(B, T)`` float32 (two reads, one write, pages already touched),
+    and the bytes it moves: timed beside the candidates, it gives the streaming bandwidth of the run."""
+    shape, device = tuple(batch.response_mask.shape), batch.response_mask.device
+    a = torch.rand(shape, device=device)
+    b, c = torch.rand_like(a), torch.zeros_like(a)
+    return (lambda: torch.add(a, b, out=c)), 3 * a.numel() * a.element_size()
+
+
 def make_batch(prompts: int, group: int, length: int, *, seed: int = 0, device: str | torch.device = "cpu") -> Batch:
     """Build a reproducible batch (generated on CPU, then moved to ``device``).
 

@@ -43,12 +43,13 @@ from typing import Any, Callable
 
 import torch
 
-from benchmarks.batch import SIZES, Batch, make_batch, parse_size, size_label
+from benchmarks.batch import SIZES, Batch, make_batch, parse_size, size_label, streaming_pass, traffic_floor_bytes
 
 DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice, before anything changes it
 MIN_SAMPLE_SECONDS = 0.02  # fast calls are looped so one timing sample lasts at least this long
 MMAP_THRESHOLD = 128 * 1024  # the memory children fix glibc's: every tensor above it is its own mmap
 GRPO, VANILLA = "grpo (verl)", "vanilla loss fwd+bwd (verl)"
+STREAM = "fused add (streaming pass)"  # timed with the candidates: the bandwidth of each mode
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,12 @@ class Candidate:
     @property
     def reference(self) -> str:
         return GRPO if self.kind == "estimator" else VANILLA
+
+    def floor_inputs(self) -> tuple[str, ...] | None:
+        """The (B, T) inputs of its traffic floor besides rewards and mask; None where no floor is stated."""
+        if self.kind != "estimator" or self.transforms:
+            return None
+        return ("entropys", "responses") if self.registry_name == "gtpo_traj" else ("entropys",) if self.ours else ()
 
 
 _BASE = {"norm_adv_by_std_in_grpo": True}
@@ -248,16 +255,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"timing {size_label(size)}", file=sys.stderr, flush=True)
         batch = make_batch(*size, device=device)
         runners = {c.name: make_runner(c, batch) for c in candidates}
+        runners[STREAM], stream_bytes = streaming_pass(batch)
         entry: dict[str, Any] = {"size": size_label(size), "modes": {}, "memory": {}}
         for count, busy in modes:
             torch.set_num_threads(count)
             with busy_neighbour(busy):
                 medians = time_round_robin(runners, args.repeats, device)
-            entry["modes"][f"{'busy' if busy else 'quiet'}, {count} thread{'s' * (count > 1)}"] = {
-                name: {"ms": round(ms, 2), "ratio": round(ms / medians[CANDIDATES_BY_NAME[name].reference], 2)}
-                for name, ms in medians.items()
-            }
+            bandwidth = stream_bytes / medians.pop(STREAM)  # bytes per ms
+            timings: dict[str, Any] = {"bandwidth_gb_s": round(bandwidth / 1e6, 1)}
+            for name, ms in medians.items():
+                cand = CANDIDATES_BY_NAME[name]
+                timings[name] = {"ms": round(ms, 2), "ratio": round(ms / medians[cand.reference], 2)}
+                if cand.floor_inputs() is not None:
+                    floor = traffic_floor_bytes(batch, cand.floor_inputs()) / bandwidth
+                    timings[name].update(floor_ms=round(floor, 2), to_floor=round(ms / floor, 2))
+            entry["modes"][f"{'busy' if busy else 'quiet'}, {count} thread{'s' * (count > 1)}"] = timings
         torch.set_num_threads(threads[0])
+        del runners[STREAM]
         if args.memory:
             for cand in candidates:
                 entry["memory"][cand.name] = peak_memory(cand.name, size, device, batch, runners[cand.name])
@@ -276,11 +290,17 @@ def to_markdown(results: dict[str, Any]) -> str:
              f"{[round(x, 2) for x in results['load_before']]} → {[round(x, 2) for x in results['load_after']]}", ""]
     for entry in results["sizes"]:
         modes = list(entry["modes"])
-        header = "| candidate | " + " | ".join(f"{m}: ms (ratio)" for m in modes)
+        header = "| candidate | " + " | ".join(f"{m}: ms (ratio) | ×floor" for m in modes)
         header += " | peak extra memory (× B·T·f32) |" if entry["memory"] else " |"
-        lines += [f"{entry['size']}:", "", header, "|---|" + "---:|" * (len(modes) + bool(entry["memory"]))]
-        for name in entry["modes"][modes[0]]:
-            cells = [f"{entry['modes'][m][name]['ms']:.1f} ({entry['modes'][m][name]['ratio']:.2f}×)" for m in modes]
+        streams = ", ".join(f"{m} {entry['modes'][m]['bandwidth_gb_s']} GB/s" for m in modes)
+        lines += [f"{entry['size']} (streaming bandwidth of a fused add: {streams}):", "", header,
+                  "|---|" + "---:|" * (2 * len(modes) + bool(entry["memory"]))]
+        names = [name for name in entry["modes"][modes[0]] if name != "bandwidth_gb_s"]
+        for name in names:
+            cells = []
+            for m in modes:
+                t = entry["modes"][m][name]
+                cells += [f"{t['ms']:.1f} ({t['ratio']:.2f}×)", f"{t['to_floor']:.1f}×" if "to_floor" in t else "–"]
             memory = [f"{entry['memory'][name]:.2f}×"] if entry["memory"] else []
             lines.append(f"| {name} | " + " | ".join(cells + memory) + " |")
         lines.append("")

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import torch
 
-from benchmarks.batch import make_batch, parse_size, size_label
+from benchmarks.batch import make_batch, parse_size, size_label, traffic_floor_bytes
 from gtpo_verl.algorithms.groups import group_ids_from_uids
 from gtpo_verl.algorithms.sequence_shaping import grpo_s_sequence_loss
 from gtpo_verl.plugin.estimators import ESTIMATORS, EstimatorBatch
@@ -69,10 +69,7 @@ def estimator_call(label: str, batch) -> Callable[[], torch.Tensor]:
 def floor_bytes(label: str, batch) -> int:
     """Bytes an ideal estimator moves: each (B, T) input it declares read once, the float32 output written once."""
     row = ESTIMATORS[CANDIDATES[label][0]]
-    nbytes = lambda t: t.numel() * t.element_size()  # noqa: E731
-    total = nbytes(batch.token_level_rewards) + nbytes(batch.response_mask)
-    total += sum(nbytes(getattr(batch, name)) for name in (*row.inputs, *row.optional))
-    return total + batch.response_mask.numel() * 4
+    return traffic_floor_bytes(batch, (*row.inputs, *row.optional))
 
 
 def loss_terms(batch, device: torch.device) -> dict[str, torch.Tensor]:

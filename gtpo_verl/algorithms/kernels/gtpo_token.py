@@ -3,16 +3,20 @@
 The equations and the readable twin ``gtpo_token_advantage_reference`` are in
 ``algorithms/token_shaping.py``; the tests hold this function to the twin for every switch. This
 module only schedules those equations over the batch, in cache-sized row blocks
-(``blocks.RowBlocks``), so that the output is the only ``(B, T)`` allocation:
+(``blocks.RowBlocks``), so that the output is the only ``(B, T)`` allocation (in huge pages,
+``blocks.fresh_output``). With x = H on O+ and x = 1/(H + ε) on O− (``negative_shaping``),
+and α = α2 on O+, −1 or −α2 on O−:
 
-1. x = max(H, 0)·mask written into the output (mask/(x + ε) on failure rows with
-   ``negative_shaping``), the row sums, and the column sums of every (group, class) segment
-   by ``index_add_`` (or the rows' geometric means);
-2. x ← coefficient · share + mask · (reward − set mean), where the set means come from token
-   counts through the conservation shortcut (``share_conservation_totals``; checked when
-   ``DEBUG_CHECKS``), returning the rows' squared deviations (``clipped_len`` centres in a
-   third pass, since its clip breaks the shortcut);
-3. a final scaling by 1/(std + ε) of each row's set.
+1. x·mask into the output, the rows' sums, and the column sums Σ_{k∈set_t} x_{k,t} and d_t of
+   every (group, class) segment by ``index_add_`` (or the rows' geometric means); then NaN
+   (0/0) off the mask, so that the next pass needs no mask;
+2. out ← α · share_{i,t} + (r_i − set mean), with share = x · d_t / Σx from the segment's
+   column table, and 0 where pass 1 left NaN. The set means come from token counts through
+   the conservation shortcut (a segment's shares sum to its token count:
+   ``share_conservation_totals``, checked when ``DEBUG_CHECKS``); pass 2 returns the rows'
+   squared deviations (``clipped_len`` centres in a third pass, since its clip breaks the
+   shortcut);
+3. out ← out / (std + ε) of each row's set.
 """
 
 from __future__ import annotations
