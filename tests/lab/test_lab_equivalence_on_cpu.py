@@ -49,7 +49,7 @@ def _verl_compute_advantage(method, step, initial_entropy=None):
     )
     config = algorithm_config(method, initial_entropy)
     bound = {"entropys": step["entropys"], "responses": step["responses"], "old_log_probs": torch.zeros_like(step["entropys"])}
-    with bind_estimator_inputs(initial_entropy=initial_entropy, diagnostics=True, **bound):
+    with bind_estimator_inputs(initial_entropy=initial_entropy, **bound):
         out = compute_advantage(data, adv_estimator=method.estimator, gamma=1.0, lam=1.0, num_repeat=8,
                                 norm_adv_by_std_in_grpo=config.get("norm_adv_by_std_in_grpo", True), config=config)
     return out.batch["advantages"]

@@ -22,7 +22,7 @@ from gtpo_verl.algorithms.choices import (
 )
 from gtpo_verl.algorithms.sequence_shaping import grpo_s_advantage
 from gtpo_verl.plugin.config import ConfigBlock, ConfigError, check_v6_failure_shaping, choice, number, weight
-from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, success_failure
+from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, EstimatorCall, success_failure
 
 NAME = "grpo_s"  # algorithm.adv_estimator=grpo_s, and actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s
 
@@ -78,8 +78,9 @@ def _run(block: GRPOSConfig, batch: EstimatorBatch):
     )
 
 
-def _metrics(result, counts, success, failure, real) -> dict[str, float]:
+def _metrics(call: EstimatorCall, counts, success, failure, real) -> dict[str, float]:
     """Each success's share Ĥ_i / mean_{k∈O+} Ĥ_k of the bonus (S31), exactly as the estimator computed it."""
+    result = call.result
     picked = result.success_share[success].to(torch.float64)
     if not picked.numel():
         return {}

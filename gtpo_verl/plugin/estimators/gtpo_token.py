@@ -8,9 +8,10 @@ The equations are ``algorithms/token_shaping.py``; the fused form the estimator 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar, Optional
+
+import torch
 
 from gtpo_verl.algorithms.choices import (
     ADV_NORM_MODES,
@@ -20,8 +21,9 @@ from gtpo_verl.algorithms.choices import (
     UNIFORM_GROUP_MODES,
 )
 from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage
+from gtpo_verl.algorithms.token_shaping import column_share, geometric_share
 from gtpo_verl.plugin.config import ConfigBlock, ConfigError, check_v6_failure_shaping, choice, number, select, weight
-from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, success_failure
+from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, EstimatorCall, success_failure
 
 NAME = "gtpo_token"  # algorithm.adv_estimator=gtpo_token
 
@@ -104,21 +106,33 @@ class GTPOTokenConfig(ConfigBlock):
 def _run(block: GTPOTokenConfig, batch: EstimatorBatch):
     return gtpo_token_advantage(
         batch.response_mask, batch.sequence_scores, batch.group_ids, batch.num_groups,
-        entropy=batch.require("entropys"), return_share_stats=batch.share_stats, **block.function_kwargs(),
+        entropy=batch.require("entropys"), **block.function_kwargs(),
     )
 
 
-def _metrics(result, counts, success, failure, real) -> dict[str, float]:
+def bonus_shares(call: EstimatorCall) -> torch.Tensor:
+    """The entropy share of every success token ``(S, T)`` (S = the estimator's O+ rows), 0 elsewhere.
+
+    The share the bonus α2·share multiplies (S18 column, S20 geometric), from the equation layer
+    (``algorithms/token_shaping.py``), over the estimator's own O+ and its block's ``entropy_share``.
+    """
+    batch, block, success = call.batch, call.block, call.result.success
+    entropy = batch.entropys[success].to(torch.float32).clamp_min(0.0)
+    members = (batch.response_mask[success] > 0).to(entropy.dtype)
+    if block.entropy_share == "column":
+        return column_share(entropy, members, batch.group_ids[success], batch.num_groups)
+    return geometric_share(entropy, torch.log(entropy + block.epsilon), members)
+
+
+def _metrics(call: EstimatorCall, counts, success, failure, real) -> dict[str, float]:
     """The success tokens' entropy shares (S18): their mean is 1 by conservation; std and max show concentration."""
-    if result.share_stats is None:
-        return {}
-    total, total_sq, largest = (float(v) for v in result.share_stats)
-    tokens = float(counts[success].sum()) if bool(success.any()) else 0.0
-    if not tokens:
+    shares = bonus_shares(call)
+    rows = (success & real)[call.result.success]  # the real rows among the estimator's O+
+    picked = shares[rows][call.batch.response_mask[call.result.success][rows] > 0].to(torch.float64)
+    if not picked.numel():
         return {"bonus_share/mean": 0.0, "bonus_share/std": 0.0, "bonus_share/max": 0.0}
-    mean = total / tokens
-    return {"bonus_share/mean": mean, "bonus_share/std": math.sqrt(max(0.0, total_sq / tokens - mean * mean)),
-            "bonus_share/max": largest}
+    return {"bonus_share/mean": float(picked.mean()), "bonus_share/std": float(picked.std(unbiased=False)),
+            "bonus_share/max": float(picked.max())}
 
 
 def _check(config, block: GTPOTokenConfig, warn) -> None:

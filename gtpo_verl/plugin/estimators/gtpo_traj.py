@@ -22,7 +22,7 @@ from gtpo_verl.algorithms.choices import (
 )
 from gtpo_verl.algorithms.trajectory import LN2, gtpo_traj_advantage
 from gtpo_verl.plugin.config import ConfigBlock, ConfigError, choice, number, select, weight
-from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch
+from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, EstimatorCall
 
 NAME = "gtpo_traj"  # algorithm.adv_estimator=gtpo_traj
 
@@ -124,8 +124,9 @@ def _run(block: GTPOTrajConfig, batch: EstimatorBatch):
     )
 
 
-def _metrics(result, counts, success, failure, real) -> dict[str, float]:
+def _metrics(call: EstimatorCall, counts, success, failure, real) -> dict[str, float]:
     """Conflict tokens (λ of S12) and the entropy filter (δ of S16)."""
+    result = call.result
     lengths = counts.to(torch.float32)
     run_tokens = torch.minimum(lengths, (result.forward_run + result.backward_run).to(lengths.dtype))
     pos_tokens, neg_tokens = float(lengths[success].sum()), float(lengths[failure].sum())
