@@ -101,22 +101,6 @@ class AdvantageStep:
         return Advantages(advantages=advantages, response_mask=mask, metrics=metrics)
 
 
-def compute_advantages(
-    method: Method,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    uids: np.ndarray,
-    entropys: torch.Tensor,
-    responses: torch.Tensor,
-    old_log_probs: torch.Tensor,
-    initial_entropy: Optional[float] = None,
-    diagnostics: bool = True,
-) -> Advantages:
-    """One batch's advantages with settings prepared for it alone (a run prepares an ``AdvantageStep`` once)."""
-    step = AdvantageStep.prepare(method, initial_entropy, diagnostics)
-    return step(token_level_rewards, response_mask, uids, entropys, responses, old_log_probs, initial_entropy)
-
-
 def actor_config(method: Method):
     """verl's ``ActorConfig`` with the method's clip, aggregation and policy-loss knobs."""
     from verl.workers.config import ActorConfig

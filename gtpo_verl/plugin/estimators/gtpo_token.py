@@ -8,12 +8,14 @@ The equations are ``algorithms/token_shaping.py``; the fused form the estimator 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 import torch
 
 from gtpo_verl.algorithms.choices import ENTROPY_SHARES, LENGTH_DENOMINATORS, TOKEN_VARIANTS
+from gtpo_verl.algorithms.groups import row_sum_squares
 from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage
 from gtpo_verl.algorithms.token_shaping import column_share, geometric_share
 from gtpo_verl.plugin.config import ConfigError, choice, number, select, weight
@@ -111,14 +113,20 @@ def bonus_shares(call: EstimatorCall) -> torch.Tensor:
 
 
 def _metrics(call: EstimatorCall, counts, success, failure, real) -> dict[str, float]:
-    """The success tokens' entropy shares (S18): their mean is 1 by conservation; std and max show concentration."""
+    """The success tokens' entropy shares (S18): their mean is 1 by conservation; std and max show concentration.
+
+    Masked row reductions over the shares (0 off the tokens), no selected copies.
+    """
     shares = bonus_shares(call)
-    rows = (success & real)[call.result.success]  # the real rows among the estimator's O+
-    picked = shares[rows][call.batch.response_mask[call.result.success][rows] > 0].to(torch.float64)
-    if not picked.numel():
+    keep = (success & real)[call.result.success].to(torch.float64)  # the real rows among the estimator's O+
+    tokens = float(((call.batch.response_mask[call.result.success] > 0).sum(-1).to(torch.float64) * keep).sum())
+    if not tokens:
         return {"bonus_share/mean": 0.0, "bonus_share/std": 0.0, "bonus_share/max": 0.0}
-    return {"bonus_share/mean": float(picked.mean()), "bonus_share/std": float(picked.std(unbiased=False)),
-            "bonus_share/max": float(picked.max())}
+    mean = float((shares.sum(-1).to(torch.float64) * keep).sum()) / tokens
+    second = float((row_sum_squares(shares).to(torch.float64) * keep).sum()) / tokens
+    largest = float((shares.amax(-1).to(torch.float64) * keep).max()) if shares.shape[-1] else 0.0
+    return {"bonus_share/mean": mean, "bonus_share/std": math.sqrt(max(0.0, second - mean * mean)),
+            "bonus_share/max": largest}
 
 
 def _check(config, block: GTPOTokenConfig, warn) -> None:
