@@ -29,7 +29,6 @@ from typing import Any, Callable
 import torch
 
 from benchmarks.batch import make_batch, parse_size, size_label, traffic_floor_bytes
-from gtpo_verl.algorithms.groups import group_ids_from_uids
 from gtpo_verl.algorithms.sequence_shaping import grpo_s_sequence_loss
 from gtpo_verl.plugin.estimators import ESTIMATORS, EstimatorBatch
 
@@ -56,11 +55,8 @@ def estimator_call(label: str, batch) -> Callable[[], torch.Tensor]:
     block = row.config.from_dict(overrides)
 
     def run() -> torch.Tensor:
-        group_ids, num_groups = group_ids_from_uids(batch.uids)
-        inputs = EstimatorBatch(
-            owner=label, response_mask=batch.response_mask, sequence_scores=batch.token_level_rewards.sum(-1),
-            group_ids=group_ids, num_groups=num_groups, entropys=batch.entropys, responses=batch.responses,
-        )
+        inputs = EstimatorBatch.build(label, batch.token_level_rewards, batch.response_mask, batch.uids,
+                                      entropys=batch.entropys, responses=batch.responses)
         return row.run(block, inputs).advantages
 
     return run

@@ -2,8 +2,10 @@
 
 verl's own V1 PPO trainer (``trainer.use_v1=true``, any ``trainer.v1.trainer_mode``) with
 the GTPO trainer mixin, on ``gtpo_verl/config/gtpo_trainer.yaml`` (verl's ``ppo_trainer`` plus
-our algorithm blocks). Every start-up check runs before Ray starts (``check_training_config``:
-ours, verl's ``validate_config``, the registries); ``gtpo.dry_run=true`` stops there. Then the
+our algorithm blocks). Before Ray starts, ``derive_config`` sets the values that follow from
+other keys (each logged), then every start-up check runs (``check_training_config``: ours,
+verl's ``validate_config``, the registries; they only read the config); ``gtpo.dry_run=true``
+stops there. Then the
 preflight (``gtpo-preflight``: every node of the cluster, ``gtpo.preflight=false`` skips it), then
 training. A config error is one line on stderr and exit status 2, never a traceback.
 """
@@ -25,13 +27,16 @@ def run(config) -> None:
 
 
 def check(config) -> list[str]:
-    """Every start-up check, before Ray starts (CPU mode switched on first when ``trainer.device=cpu``)."""
+    """The derived values, then every start-up check, before Ray starts (CPU mode switched on first when
+    ``trainer.device=cpu``)."""
+    from gtpo_verl.trainer.derive import derive_config
     from gtpo_verl.trainer.validation import check_training_config
 
     if str(config.trainer.device) == "cpu":  # opt-in CPU mode (gtpo_verl/cpu), before Ray starts
         from gtpo_verl.cpu import activate
 
         activate()
+    derive_config(config)
     return check_training_config(config)
 
 

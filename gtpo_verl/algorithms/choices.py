@@ -24,9 +24,9 @@ TRAJ_PRESET_NAMES = ("official", "paper")
 OVERLAP_MODES = ("product", "union")
 DIVISOR_MODES = ("code", "union", "none")
 ENTROPY_REG_MODES = ("advantage_offset", "differentiable")
-# where δ applies; the config's "none" turns the filter off (the pure function then gets no threshold)
+# where δ applies: every response, only A < 0 (the "OnlyNeg" ablation), or "none" (the filter off), one
+# vocabulary from the config to gtpo_traj_advantage
 ENTROPY_FILTER_SCOPES = ("all", "neg_only", "none")
-FILTER_SCOPES = ("all", "neg_only")  # what gtpo_traj_advantage itself accepts
 
 # ---- advantage transforms: algorithm.adv_transforms
 # high_entropy_tokens' token-mean denominator: every valid token (the paper's objective) | kept tokens (its code)

@@ -21,8 +21,8 @@ import torch
 
 from gtpo_verl.algorithms.choices import (  # noqa: F401  (the vocabularies, re-exported)
     DIVISOR_MODES,
+    ENTROPY_FILTER_SCOPES,
     ENTROPY_REG_MODES,
-    FILTER_SCOPES,
     OVERLAP_MODES,
 )
 from gtpo_verl.algorithms.groups import group_sum, members_matrix, sample_variance
@@ -270,10 +270,11 @@ def entropy_filter(
 
     δ_i = 1[⟨H⟩_i ≤ threshold] (code L334, threshold 0.7; paper ln 2). ``scope="neg_only"``
     filters only responses with A_i < 0 (the "OnlyNeg" ablation). ``initial_entropy`` is
-    ⟨H⟩_ini for the paper's gate: if ⟨H⟩_ini > threshold, δ ≡ 1. ``threshold=None``: no filter.
+    ⟨H⟩_ini for the paper's gate: if ⟨H⟩_ini > threshold, δ ≡ 1. ``scope="none"`` or
+    ``threshold=None``: no filter.
     """
     keep = torch.ones_like(mean_entropy, dtype=torch.bool)
-    if threshold is None or (initial_entropy is not None and initial_entropy > threshold):
+    if scope == "none" or threshold is None or (initial_entropy is not None and initial_entropy > threshold):
         return keep
     keep = mean_entropy <= threshold
     if scope == "neg_only":

@@ -37,7 +37,7 @@ from gtpo_verl.lab.tasks import (
     EOS_ID, MAX_RESPONSE_TOKENS, PAD_ID, ROLE_DECISION, ROLE_FORCED, ROLE_OFF, VOCAB, PromptStream, Task, decode_response,
     prompt_tensor, validation_problems,
 )
-from gtpo_verl.lab.update import actor_config, compute_advantages, policy_loss
+from gtpo_verl.lab.update import AdvantageStep, actor_config, policy_loss
 from gtpo_verl.plugin.estimators.gtpo_token import GTPO_TOKEN
 
 SALT_WARM_START, SALT_PROMPTS, SALT_SAMPLER, SALT_VALIDATION, SALT_GLOBAL = 1, 2, 3, 4, 5
@@ -185,6 +185,7 @@ def train_run(
     curves: dict[str, list[float]] = {k: [] for k in CURVES}
     validations = [dict(step=0, **validate(model, task, size, seed))]
     initial_entropy = None
+    advantage_step = None  # prepared once ⟨H⟩_ini is known (the scaled δ reads it): the run's settings, parsed once
     for step in range(1, size.steps + 1):
         waves = []  # (prompts, responses, mask, scored, group keep flags) per dispatch
 
@@ -228,6 +229,7 @@ def train_run(
         if initial_entropy is None:  # ⟨H⟩_ini: mean of per-response mean entropy on the first batch
             lengths = fmask[base].sum(1).clamp_min(1)
             initial_entropy = float(((entropys[base] * fmask[base]).sum(1) / lengths).mean())
+            advantage_step = AdvantageStep.prepare(method, initial_entropy)
         metrics: dict[str, float] = {}
         clipfracs, selected = [], []
         if kept_groups:
@@ -240,8 +242,8 @@ def train_run(
             token_level_rewards[torch.arange(len(lengths)), lengths - 1] = rewards  # verl: score on the last valid token
             uids = np.repeat(np.array([f"{step}-{g}" for g in kept_groups], dtype=object), group)
             old_log_probs_t = old_log_probs[train]
-            adv = compute_advantages(method, token_level_rewards, mask_t, uids, entropys[train], responses_t, old_log_probs_t,
-                                     initial_entropy)
+            adv = advantage_step(token_level_rewards, mask_t, uids, entropys[train], responses_t, old_log_probs_t,
+                                 initial_entropy)
             metrics.update(adv.metrics)
             if method.estimator == GTPO_TOKEN.name and roles is not None:
                 share, token_share = gtpo_bonus_shares(entropys[train], mask_t, rewards > 0, roles[train], group)

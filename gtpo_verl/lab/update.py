@@ -1,9 +1,9 @@
 """Between sampling and the optimiser step: verl's and our registered code only.
 
-- advantages: ``core_algos.get_adv_estimator_fn(name)``, called with the keyword arguments
-  verl's ``compute_advantage`` (``trainer/ppo/ray_trainer.py``) passes, inside the same
-  ``bind_estimator_inputs`` our trainer mixin uses (entropy, token ids, old log-probs, ⟨H⟩_ini);
-- transforms: ``parse_adv_transforms`` + ``apply_adv_transforms`` (``algorithm.adv_transforms``);
+- advantages: the trainer's own named steps (``trainer/advantage_steps.py``): settings parsed once
+  per run (``AdvantageStep.prepare``), ``run_estimator`` around ``core_algos.get_adv_estimator_fn(name)``
+  called with the keyword arguments verl's ``compute_advantage`` (``trainer/ppo/ray_trainer.py``)
+  passes, ``advantage_diagnostics`` and ``transform_advantages`` (``algorithm.adv_transforms``);
 - loss: ``core_algos.get_policy_loss_fn(mode)`` with a verl ``ActorConfig``, its
   ``global_batch_info`` filled as verl's ``ppo_loss`` (``workers/utils/losses.py``) fills it.
 """
@@ -38,47 +38,67 @@ def algorithm_config(method: Method, initial_entropy: Optional[float] = None):
     return OmegaConf.create(config)
 
 
-def compute_advantages(
-    method: Method,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    uids: np.ndarray,
-    entropys: torch.Tensor,
-    responses: torch.Tensor,
-    old_log_probs: torch.Tensor,
-    initial_entropy: Optional[float] = None,
-    diagnostics: bool = True,
-) -> Advantages:
-    """Advantages ``(B, T)`` through verl's registry and our transforms, plus our ``gtpo/*`` health metrics."""
-    from verl.trainer.ppo import core_algos
+@dataclass(frozen=True)
+class AdvantageStep:
+    """One run's advantage step: its config and settings, parsed once (``prepare``), then called per batch."""
 
-    from gtpo_verl.plugin.context import bind_estimator_inputs
-    from gtpo_verl.trainer.diagnostics import estimator_metrics
-    from gtpo_verl.plugin.extensions import apply_adv_transforms, parse_adv_transforms
+    method: Method
+    algorithm: Any  # the algorithm DictConfig verl hands the estimator
+    settings: Any  # trainer.advantage_steps.AdvantageSettings
 
-    config = algorithm_config(method, initial_entropy)
-    bound = {"entropys": entropys.to(torch.float32), "responses": responses, "old_log_probs": old_log_probs}
-    metrics: dict[str, float] = {}
-    with bind_estimator_inputs(initial_entropy=initial_entropy, diagnostics=diagnostics, **bound) as outputs:
-        if method.estimator == "grpo":  # verl's compute_advantage has a dedicated GRPO branch
-            advantages, _ = core_algos.compute_grpo_outcome_advantage(
-                token_level_rewards=token_level_rewards,
-                response_mask=response_mask,
-                index=uids,
-                norm_adv_by_std_in_grpo=config.get("norm_adv_by_std_in_grpo", True),
-            )
-        else:
-            estimator_fn = core_algos.get_adv_estimator_fn(method.estimator)
-            advantages, _ = estimator_fn(
-                token_level_rewards=token_level_rewards, response_mask=response_mask, config=config, index=uids
-            )
-    result = outputs.get(method.estimator)
-    if diagnostics and result is not None:
-        real_rows = torch.ones(response_mask.shape[0], dtype=torch.bool)
-        metrics.update(estimator_metrics(method.estimator, result, response_mask.to(torch.float32), real_rows))
-    transforms = parse_adv_transforms([dict(t) for t in method.transforms])
-    advantages, mask = apply_adv_transforms(transforms, advantages, response_mask, bound, metrics if diagnostics else None)
-    return Advantages(advantages=advantages, response_mask=mask, metrics=metrics)
+    @classmethod
+    def prepare(cls, method: Method, initial_entropy: Optional[float] = None, diagnostics: bool = True) -> "AdvantageStep":
+        """Parse the method's ``algorithm`` and ``gtpo`` settings as the trainer parses its config at init."""
+        from omegaconf import OmegaConf
+
+        from gtpo_verl.trainer.advantage_steps import AdvantageSettings
+
+        algorithm = algorithm_config(method, initial_entropy)
+        config = OmegaConf.create({"algorithm": {**OmegaConf.to_container(algorithm),
+                                                 "adv_transforms": [dict(t) for t in method.transforms]},
+                                   "gtpo": {"diagnostics": diagnostics}})
+        return cls(method=method, algorithm=algorithm, settings=AdvantageSettings.from_config(config))
+
+    def __call__(
+        self,
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        uids: np.ndarray,
+        entropys: torch.Tensor,
+        responses: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        initial_entropy: Optional[float] = None,
+    ) -> Advantages:
+        """Advantages ``(B, T)`` through verl's registry and our transforms, plus our ``gtpo/*`` health metrics."""
+        from verl.trainer.ppo import core_algos
+
+        from gtpo_verl.trainer.advantage_steps import (
+            AdvantageFields,
+            advantage_diagnostics,
+            run_estimator,
+            transform_advantages,
+        )
+
+        settings, estimator = self.settings, self.method.estimator
+        inputs = {"entropys": entropys.to(torch.float32), "responses": responses, "old_log_probs": old_log_probs}
+
+        def verl_call() -> torch.Tensor:
+            if estimator == "grpo":  # verl's compute_advantage has a dedicated GRPO branch
+                return core_algos.compute_grpo_outcome_advantage(
+                    token_level_rewards=token_level_rewards, response_mask=response_mask, index=uids,
+                    norm_adv_by_std_in_grpo=self.algorithm.get("norm_adv_by_std_in_grpo", True),
+                )[0]
+            estimator_fn = core_algos.get_adv_estimator_fn(estimator)
+            return estimator_fn(token_level_rewards=token_level_rewards, response_mask=response_mask,
+                                config=self.algorithm, index=uids)[0]
+
+        advantages, call = run_estimator(settings, verl_call, inputs, initial_entropy)
+        metrics: dict[str, float] = {}
+        if settings.diagnostics:
+            real = torch.ones(response_mask.shape[0], dtype=torch.bool)
+            advantage_diagnostics(settings, call, AdvantageFields(inputs, response_mask.to(torch.float32), real), metrics)
+        advantages, mask = transform_advantages(settings, advantages, response_mask, inputs, metrics)
+        return Advantages(advantages=advantages, response_mask=mask, metrics=metrics)
 
 
 def actor_config(method: Method):

@@ -295,13 +295,3 @@ class ConfigBlock:
             f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in self.config_only
         }
 
-
-def check_v6_failure_shaping(block: ConfigBlock, weight: str) -> None:
-    """Refuse ``variant=unified_v6`` without ``negative_shaping`` (Paper B's two blocks, weights α or β)."""
-    if block.variant == "unified_v6" and not block.negative_shaping:
-        raise ConfigError(
-            block.key("variant"),
-            f"`{block.key('variant')}=unified_v6` needs `{block.key('negative_shaping')}=true`: v6 gives failures "
-            f"−{weight}1 − {weight}2·share (docs/spec.md B.6, B.7); without the shaping every failure would get the "
-            f"constant −{weight}1. Set {block.key('negative_shaping')}=true.",
-        )

@@ -1,27 +1,42 @@
-"""Side channel for estimator inputs that verl's ``compute_advantage`` does not forward.
+"""Side channel for the data verl's ``compute_advantage`` cannot forward to an estimator.
 
 verl 0.9.1 calls a registered estimator with rewards, mask, uids and config only. The
-trainer integration binds the inputs the configured estimator declared (``entropys``,
-``responses``, ``old_log_probs``; ``plugin/extensions.py``) here for the duration of one
-``_compute_advantage`` call; the registered wrapper reads them when they are not passed as
-keyword arguments. Always bound with ``with``; reset in ``finally``.
+per-token inputs an estimator declares (``entropys``, ``responses``, ``old_log_probs``;
+``plugin/extensions.py``) and ⟨H⟩_ini (Paper A's gate: one number measured on the run's first
+batch) are data verl never sees, so the caller binds them here for the duration of one call
+and the registered wrapper reads the ones not passed as keyword arguments. That is all this
+channel carries: control flags are arguments, never bound here (``bind_estimator_inputs``
+takes only the names in ``BOUND_DATA``). The estimator hands its detailed result back through
+the yielded dict. Always bound with ``with``; reset in ``finally``.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
+
+import torch
+
+# the estimator keywords of the per-token inputs (plugin/extensions.py INPUT_FIELDS) and ⟨H⟩_ini
+BOUND_DATA = ("entropys", "responses", "old_log_probs", "initial_entropy")
 
 _ESTIMATOR_INPUTS: ContextVar[dict[str, Any] | None] = ContextVar("gtpo_estimator_inputs", default=None)
 _ESTIMATOR_OUTPUTS: ContextVar[dict[str, Any] | None] = ContextVar("gtpo_estimator_outputs", default=None)
 
 
 @contextmanager
-def bind_estimator_inputs(**inputs: Any) -> Iterator[dict[str, Any]]:
-    """Bind extra estimator inputs; yields a dict the estimator fills with its detailed result."""
+def bind_estimator_inputs(
+    *,
+    entropys: Optional[torch.Tensor] = None,
+    responses: Optional[torch.Tensor] = None,
+    old_log_probs: Optional[torch.Tensor] = None,
+    initial_entropy: Optional[float] = None,
+) -> Iterator[dict[str, Any]]:
+    """Bind the data verl cannot forward (``BOUND_DATA``); yields a dict the estimator fills with its result."""
+    inputs = dict(entropys=entropys, responses=responses, old_log_probs=old_log_probs, initial_entropy=initial_entropy)
     outputs: dict[str, Any] = {}
-    in_token = _ESTIMATOR_INPUTS.set(dict(inputs))
+    in_token = _ESTIMATOR_INPUTS.set({k: v for k, v in inputs.items() if v is not None})
     out_token = _ESTIMATOR_OUTPUTS.set(outputs)
     try:
         yield outputs
@@ -31,7 +46,9 @@ def bind_estimator_inputs(**inputs: Any) -> Iterator[dict[str, Any]]:
 
 
 def bound_estimator_input(name: str) -> Any:
-    """Return the bound input ``name``, or None outside ``bind_estimator_inputs``."""
+    """Return the bound datum ``name`` (one of ``BOUND_DATA``), or None outside ``bind_estimator_inputs``."""
+    if name not in BOUND_DATA:
+        raise KeyError(f"{name!r} is not data bound for estimators; bound data: {list(BOUND_DATA)}")
     inputs = _ESTIMATOR_INPUTS.get()
     return None if inputs is None else inputs.get(name)
 

@@ -65,14 +65,26 @@ def fit_width(tensor: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(tensor, (0, width - tensor.shape[-1]))
 
 
-def resolve_input(name: str, given: Optional[torch.Tensor], owner: str, like: torch.Tensor) -> torch.Tensor:
-    """``given``, else the bound input ``name``, aligned to ``like`` ``(B, T)``; a clear error when neither exists."""
+def missing_input_error(name: str, owner: str, like: torch.Tensor) -> ValueError:
+    """The one error for a declared input that is neither passed nor bound: its TransferQueue field and the fix."""
+    return ValueError(
+        f"{owner} needs `{name}` (TransferQueue field `{INPUT_FIELDS[name]}`, shape {tuple(like.shape)}), "
+        f"which verl does not pass to advantage estimators. {LAUNCH_FIX}"
+    )
+
+
+def resolve_input(name: str, given: Optional[torch.Tensor], owner: str, like: torch.Tensor,
+                  required: bool = True) -> Optional[torch.Tensor]:
+    """``given``, else the bound input ``name``, aligned to ``like`` ``(B, T)``.
+
+    The one place an input is looked up: a missing required input is ``missing_input_error``;
+    a missing optional one is None.
+    """
     value = given if given is not None else bound_estimator_input(name)
     if value is None:
-        raise ValueError(
-            f"{owner} needs `{name}` (TransferQueue field `{INPUT_FIELDS[name]}`, shape {tuple(like.shape)}), "
-            f"which verl does not pass to advantage estimators. {LAUNCH_FIX}"
-        )
+        if required:
+            raise missing_input_error(name, owner, like)
+        return None
     if value.dim() != like.dim() or value.shape[0] != like.shape[0]:
         raise ValueError(
             f"{owner}: `{name}` has shape {tuple(value.shape)} but response_mask has {tuple(like.shape)}; "
@@ -96,7 +108,8 @@ def register_entropy_aware_estimator(
     the trainer fetches the declared TransferQueue fields; outside it, the wrapper fails with
     one error naming the missing field. Inputs passed explicitly as keyword arguments win.
     ``optional`` inputs are fetched too but reach ``fn`` as None when absent (``fn`` decides;
-    ``resolve_input`` gives it the same error).
+    ``missing_input_error`` gives it the same error). Each input is looked up once, here; ``fn``
+    receives it aligned and checked.
 
     A NaN/Inf reward, float input or returned advantage at a valid position raises one
     ``ValueError`` naming the row and its uid (``plugin/finite.py``).
@@ -113,9 +126,9 @@ def register_entropy_aware_estimator(
 
         @functools.wraps(fn)
         def estimator(token_level_rewards, response_mask, index=None, config=None, **kwargs):
+            # each declared input resolved once, here: passed, else bound (plugin/context.py), else missing
             for key in declared:
-                if key in required or kwargs.get(key) is not None or bound_estimator_input(key) is not None:
-                    kwargs[key] = resolve_input(key, kwargs.get(key), owner, response_mask)
+                kwargs[key] = resolve_input(key, kwargs.get(key), owner, response_mask, required=key in required)
             check_finite(token_level_rewards, "score", owner, index)  # anywhere in the row: scores are row sums
             for key in FLOAT_INPUTS:
                 if kwargs.get(key) is not None:

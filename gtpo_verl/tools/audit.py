@@ -29,7 +29,6 @@ from typing import Optional
 
 import torch
 
-from gtpo_verl.algorithms.groups import group_ids_from_uids
 from gtpo_verl.plugin.estimators import ESTIMATORS, EstimatorBatch
 from gtpo_verl.tools.cli import ArgumentParser, fail
 from gtpo_verl.trainer.audit_dump import DUMP_PATTERN, AuditDumpError, load_audit_step
@@ -46,16 +45,9 @@ def recompute_advantages(record: dict) -> torch.Tensor:
     row = ESTIMATORS.get(estimator)
     if row is None:
         raise ValueError(f"{estimator!r} is not one of gtpo_verl's estimators {list(ESTIMATORS)}")
-    group_ids, num_groups = group_ids_from_uids(record["uids"])
-    batch = EstimatorBatch(
-        owner=f"the audit of step {record['step']}",
-        response_mask=record["response_mask"],
-        sequence_scores=record["scores"],
-        group_ids=group_ids,
-        num_groups=num_groups,
-        entropys=record["entropys"],
-        responses=record["responses"],
-        initial_entropy=record["initial_entropy"],
+    batch = EstimatorBatch.build(  # a (B, 1) "token reward" per row: its sum is the dumped score
+        f"the audit of step {record['step']}", record["scores"].unsqueeze(-1), record["response_mask"], record["uids"],
+        record["initial_entropy"], entropys=record["entropys"], responses=record["responses"],
     )
     block = row.config.from_algorithm_config(OmegaConf.create(record["algorithm"]))
     return row.run(block, batch).advantages.to(torch.float32)

@@ -225,12 +225,15 @@ def config_check(config) -> Check:
     import copy
     import warnings
 
+    from gtpo_verl.trainer.derive import derive_config
     from gtpo_verl.trainer.validation import check_training_config
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # they are logged; the line counts them
-            given = check_training_config(copy.deepcopy(config))  # it may fill derived values: not here
+            derived = copy.deepcopy(config)  # checked as training would check it, the caller's config untouched
+            derive_config(derived)
+            given = check_training_config(derived)
     except ValueError as err:
         return Check("config", False, " ".join(str(err).split()), "set the key as the message says")
     return Check("config", True, f"valid for training ({len(given)} warning{'s' * (len(given) != 1)})")

@@ -20,9 +20,9 @@ from typing import Any, Optional
 import torch
 
 from gtpo_verl.plugin.config import ConfigError
-from gtpo_verl.plugin.estimators import ESTIMATORS
+from gtpo_verl.plugin.estimators import ESTIMATORS, EstimatorCall
 from gtpo_verl.trainer.fields import padded
-from gtpo_verl.trainer.settings import GTPOSettings
+from gtpo_verl.trainer.settings import AuditConfig, GTPOSettings
 
 DUMP_PATTERN = "step_{step}.json"  # the record; its tensors lie beside it in step_<k>.safetensors
 TENSORS_SUFFIX = ".safetensors"
@@ -77,10 +77,14 @@ def _rows(value: torch.Tensor) -> list[list[int]]:
     return value.tolist()
 
 
-def dump_audit_step(trainer, batch, estimator: str, entropy: torch.Tensor, responses: torch.Tensor,
-                    initial_entropy: Optional[float]) -> Optional[str]:
-    """Write ``DIR/step_<k>.json`` + ``.safetensors`` when the current global step is audited (called after the advantages)."""
-    settings = audit_settings(trainer.config)
+def dump_audit_step(trainer, batch, settings: AuditConfig, call: EstimatorCall,
+                    entropy: Optional[torch.Tensor] = None) -> Optional[str]:
+    """Write ``DIR/step_<k>.json`` + ``.safetensors`` when the current global step is audited (called after the advantages).
+
+    ``settings`` is ``gtpo.audit`` (parsed once, with the trainer's settings); ``call`` the estimator's
+    call (its batch holds the inputs as the estimator read them); ``entropy`` the old-policy entropy
+    field, for an estimator that does not read it.
+    """
     step = int(getattr(trainer, "global_steps", 0))
     if step not in settings.steps:
         return None
@@ -102,9 +106,9 @@ def dump_audit_step(trainer, batch, estimator: str, entropy: torch.Tensor, respo
     )
     record = {
         "step": step,
-        "estimator": estimator,
+        "estimator": call.name,
         "algorithm": OmegaConf.to_container(config.algorithm, resolve=True),
-        "initial_entropy": initial_entropy,
+        "initial_entropy": call.batch.initial_entropy,
         "temperature": float(config.actor_rollout_ref.rollout.temperature),
         "weights": weights,
         "keys": list(batch.keys),
@@ -114,9 +118,9 @@ def dump_audit_step(trainer, batch, estimator: str, entropy: torch.Tensor, respo
         "response_ids": _rows(data["responses"]),
         # the estimator's inputs, exactly as bound / as verl handed them
         "response_mask": mask,
-        "entropys": entropy[..., :width].clone(),
+        "entropys": (call.batch.entropys if call.batch.entropys is not None else entropy)[..., :width].clone(),
         # token ids: the bound ones where the estimator reads them, else verl's (same rows, same order)
-        "responses": (responses if responses is not None else padded(data["responses"]).to(torch.int64))[..., :width].clone(),
+        "responses": (call.batch.responses if call.batch.responses is not None else padded(data["responses"]).to(torch.int64))[..., :width].clone(),
         "token_level_rewards": rewards,
         "scores": rewards.sum(-1),
         # what verl stored for the actor

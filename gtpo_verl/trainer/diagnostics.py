@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from gtpo_verl.algorithms.groups import row_dot
-from gtpo_verl.plugin.estimators import ESTIMATORS
+from gtpo_verl.plugin.estimators import ESTIMATORS, EstimatorCall
 
 PREFIX = "gtpo/"
 
@@ -64,13 +64,14 @@ def _mean(values: torch.Tensor, rows: torch.Tensor) -> float:
     return float(values[rows].to(torch.float64).mean()) if bool(rows.any()) else 0.0
 
 
-def estimator_metrics(name: str, result: Any, response_mask: torch.Tensor, real_rows: torch.Tensor) -> dict[str, float]:
-    """Return the per-step ``gtpo/*`` metrics of estimator ``name`` (a row of the estimator table, ``plugin/estimators/``).
+def estimator_metrics(call: EstimatorCall, response_mask: torch.Tensor, real_rows: torch.Tensor) -> dict[str, float]:
+    """Return the per-step ``gtpo/*`` metrics of one estimator call (a row of the estimator table, ``plugin/estimators/``).
 
     Every estimator gets advantage and entropy statistics by outcome class (the row's ``outcome``);
-    then the row's own ``metrics`` hook adds what is specific to it.
+    then the row's own ``metrics`` hook adds what is specific to it (from the call's block, batch and result).
     """
-    row = ESTIMATORS[name]
+    row = ESTIMATORS[call.name]
+    result = call.result
     mask = response_mask.to(torch.float32)
     counts = mask.sum(-1).to(torch.float64)
     real = real_rows.to(mask.device) & (counts > 0)
@@ -83,7 +84,7 @@ def estimator_metrics(name: str, result: Any, response_mask: torch.Tensor, real_
     metrics["entropy/success_mean"] = _mean(result.mean_entropy, success)
     metrics["entropy/failure_mean"] = _mean(result.mean_entropy, failure)
     metrics["success_frac"] = float(success.sum()) / max(1, int(real.sum()))
-    metrics.update(row.metrics(result, counts, success, failure, real))
+    metrics.update(row.metrics(call, counts, success, failure, real))
     return {PREFIX + key: value for key, value in metrics.items()}
 
 

@@ -3,11 +3,13 @@
 verl 0.9.1's V1 trainer already computes per-token entropy in the old-log-prob pass and
 keeps it in TransferQueue as ``entropy`` (trainer_base.py ``_compute_old_log_prob``), next
 to ``old_log_probs`` and the rollout's ``responses``; its ``_compute_advantage`` just never
-fetches them. The mixin below fetches the fields the configured estimator and transforms
-declared (``plugin/extensions.py``) in one read, binds them for the duration of verl's
-own ``_compute_advantage`` (no copy of verl's logic, no extra model pass), applies
-``algorithm.adv_transforms`` to the advantages verl wrote and writes them back, then logs
-``gtpo/*`` diagnostics and keeps the algorithm state (⟨H⟩_ini, the entropy watch) in checkpoints.
+fetches them. The mixin's ``_compute_advantage`` runs the named steps of
+``trainer/advantage_steps.py`` (the lab runs the same ones): settings parsed once at init; the
+fields the configured estimator and transforms declared, read in one TransferQueue read;
+verl's own ``_compute_advantage`` run with them bound (no copy of verl's logic, no extra model
+pass); ``algorithm.adv_transforms`` applied to the advantages verl wrote and written back; the
+``gtpo/*`` diagnostics and the entropy watch. The algorithm state (⟨H⟩_ini, the entropy watch)
+is kept in checkpoints.
 Validation adds unbiased pass@k and maj@n next to verl's bootstrap best@N (``_val_metrics_update``).
 
 verl internals relied on (check them on a verl upgrade): ``PPOTrainer._compute_advantage``,
@@ -27,26 +29,21 @@ import numpy as np
 import torch
 
 from gtpo_verl.algorithms.groups import row_dot
-from gtpo_verl.plugin.config import select
-from gtpo_verl.plugin.context import bind_estimator_inputs
-from gtpo_verl.plugin.estimators import ESTIMATORS
-from gtpo_verl.plugin.finite import check_finite
-from gtpo_verl.plugin.extensions import (
-    CALLED,
-    INPUT_FIELDS,
-    advantage_input_fields,
-    apply_adv_transforms,
-    estimator_inputs,
-    parse_adv_transforms,
-)
+from gtpo_verl.plugin.extensions import INPUT_FIELDS
 from gtpo_verl.plugin.registry import check_registered
+from gtpo_verl.trainer.advantage_steps import (
+    AdvantageFields,
+    AdvantageSettings,
+    advantage_diagnostics,
+    run_estimator,
+    transform_advantages,
+)
 from gtpo_verl.trainer.audit_dump import dump_audit_step
 from gtpo_verl.trainer.checkpoints import prune_checkpoints
-from gtpo_verl.trainer.diagnostics import PREFIX, EntropyWatch, estimator_metrics, masked_token_mean
+from gtpo_verl.trainer.diagnostics import PREFIX, EntropyWatch, masked_token_mean
 from gtpo_verl.trainer.fields import padded, real_rows, response_mask_like
-from gtpo_verl.trainer.health import ALL_EQUAL_GROUPS_FRAC, HealthMonitor, all_equal_groups_frac
+from gtpo_verl.trainer.health import HealthMonitor
 from gtpo_verl.trainer.metrics_file import resumed_file_logger
-from gtpo_verl.trainer.settings import GTPOSettings
 from gtpo_verl.trainer.state import STATE_FILE, GTPOAlgorithmState, MissingAlgorithmState
 from gtpo_verl.trainer.validation_metrics import gtpo_validation_metrics
 from gtpo_verl.trainer.watchdog import install_generation_watchdog
@@ -64,9 +61,16 @@ class GTPOTrainerMixin:
         return self._gtpo_state
 
     @property
+    def gtpo_advantage_settings(self) -> AdvantageSettings:
+        """``gtpo.*``, the estimator block and ``algorithm.adv_transforms``: parsed once, at trainer init."""
+        if not hasattr(self, "_gtpo_advantage_settings"):
+            self._gtpo_advantage_settings = AdvantageSettings.from_config(self.config)
+        return self._gtpo_advantage_settings
+
+    @property
     def gtpo_entropy_watch(self) -> EntropyWatch:
         if not hasattr(self, "_gtpo_entropy_watch"):
-            knobs = GTPOSettings.from_config(self.config).entropy_warning
+            knobs = self.gtpo_advantage_settings.gtpo.entropy_warning
             watch = EntropyWatch(ratio=knobs.ratio, fall_ratio=knobs.fall_ratio, momentum=knobs.momentum,
                                  warmup_steps=knobs.warmup_steps)
             if self.gtpo_state.entropy_watch:
@@ -84,67 +88,60 @@ class GTPOTrainerMixin:
     def on_init_end(self):
         super().on_init_end()
         check_registered()  # plugin import errors are silent in verl: fail here, in the TaskRunner
+        self.gtpo_advantage_settings  # noqa: B018  (parsed once, here)
         install_generation_watchdog(self)  # gtpo.watchdog.generation_timeout_s (off when null)
 
     def _compute_advantage(self, batch, metrics: dict):
-        estimator = str(self.config.algorithm.adv_estimator)
-        diagnostics = GTPOSettings.from_config(self.config).diagnostics
-        transforms = parse_adv_transforms(select(self.config, "algorithm.adv_transforms"))
-        # exactly the fields the estimator and the transforms declared (+ entropy for the watch): one TQ read
-        inputs = advantage_input_fields(estimator, transforms)
-        fields = [INPUT_FIELDS[name] for name in inputs]
-        if diagnostics and "entropy" not in fields:
-            fields.append("entropy")
+        """verl's advantage step with the fields it never fetches bound for the estimator (``trainer/advantage_steps.py``)."""
+        settings = self.gtpo_advantage_settings
+        fields = self._gtpo_read_fields(batch, settings)
+        if fields is not None and settings.declared:
+            metrics[PREFIX + "batch/padding_rows"] = float((~fields.real).sum())  # verl's dp-divisibility rows
+        initial_entropy = self._gtpo_initial_entropy(settings, fields)
+        verl_step = super()._compute_advantage
+        batch, call = run_estimator(settings, lambda: verl_step(batch, metrics),
+                                    fields.inputs if fields is not None else {}, initial_entropy)
+        if call is not None:  # opt-in: gtpo.audit
+            dump_audit_step(self, batch, settings.gtpo.audit, call, fields.entropy)
+        if settings.diagnostics and fields is not None:
+            advantage_diagnostics(settings, call, fields, metrics)
+            self._gtpo_update_watch(fields.entropy, fields.mask, fields.real, metrics)  # baselines too
+            if self.gtpo_state.initial_entropy is not None:
+                metrics[PREFIX + "entropy/initial"] = float(self.gtpo_state.initial_entropy)
+        batch = self._gtpo_transform_advantages(batch, settings, fields.inputs if fields is not None else {}, metrics)
+        if settings.diagnostics:
+            metrics.update(self.gtpo_health.update(metrics))
+        return batch
+
+    def _gtpo_read_fields(self, batch, settings: AdvantageSettings) -> Optional[AdvantageFields]:
+        """Exactly the fields the estimator and the transforms declared (+ entropy, scores, uids for the
+        diagnostics), in one TransferQueue read; None when nothing is needed."""
+        fields = settings.fields()
         if not fields:
-            batch = super()._compute_advantage(batch, metrics)
-            return self._gtpo_transform_advantages(batch, transforms, {}, metrics, diagnostics)
+            return None
         import transfer_queue as tq
 
-        health_fields = ["rm_scores", "uid"] if diagnostics else []  # the all-equal-groups check, same read
+        health_fields = ["rm_scores", "uid"] if settings.diagnostics else []  # the all-equal-groups check, same read
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields + health_fields)
         # response-only fields are nested like verl's response_mask (same rows, same lengths): padded,
         # they take the (B, T) layout verl's _compute_advantage builds; the estimator wrapper aligns widths
         padded_fields = {field: padded(data[field]) for field in fields}
-        bound = {name: padded_fields[INPUT_FIELDS[name]] for name in inputs}
-        if "entropys" in bound:
-            bound["entropys"] = bound["entropys"].to(torch.float32)
-        entropy = padded_fields["entropy"].to(torch.float32) if "entropy" in padded_fields else None
+        inputs = {name: padded_fields[INPUT_FIELDS[name]] for name in settings.inputs}
+        if "entropys" in inputs:
+            inputs["entropys"] = inputs["entropys"].to(torch.float32)
         reference = next(f for f in ("entropy", "old_log_probs", *fields) if f in padded_fields)  # response-only first
-        mask = response_mask_like(data[reference], padded_fields[reference])
-        real = real_rows(batch)
-        declared = estimator_inputs(estimator) is not None
-        if declared:
-            metrics[PREFIX + "batch/padding_rows"] = float((~real).sum())  # verl's dp-divisibility rows
-        initial_entropy = self._gtpo_initial_entropy(estimator, entropy, mask, real)
-        with bind_estimator_inputs(initial_entropy=initial_entropy, diagnostics=diagnostics, **bound) as outputs:
-            batch = super()._compute_advantage(batch, metrics)
-        if declared and outputs.get(CALLED) != estimator:
-            raise RuntimeError(
-                f"verl did not call the {estimator!r} estimator through its registry; is another plugin "
-                "overriding algorithm.adv_estimator handling?"
-            )
-        result = outputs.get(estimator)  # the detailed result of gtpo_verl's own estimators
-        if result is not None:
-            responses = bound.get("responses")
-            dump_audit_step(self, batch, estimator, entropy, responses, initial_entropy)  # opt-in: gtpo.audit
-        if diagnostics:
-            if result is not None:
-                metrics.update(estimator_metrics(estimator, result, mask, real))
-            self._gtpo_update_watch(entropy, mask, real, metrics)  # baselines too: one definition for all runs
-            if self.gtpo_state.initial_entropy is not None:
-                metrics[PREFIX + "entropy/initial"] = float(self.gtpo_state.initial_entropy)
-            scores = padded(data["rm_scores"]).sum(-1)
-            uids = np.array(list(data["uid"]), dtype=object)
-            check_finite(scores[real], "score", f"algorithm.adv_estimator={estimator}", uids[real.numpy()])
-            metrics[ALL_EQUAL_GROUPS_FRAC] = all_equal_groups_frac(scores[real], uids[real.numpy()])
-        batch = self._gtpo_transform_advantages(batch, transforms, bound, metrics, diagnostics)
-        if diagnostics:
-            metrics.update(self.gtpo_health.update(metrics))
-        return batch
+        return AdvantageFields(
+            inputs=inputs,
+            mask=response_mask_like(data[reference], padded_fields[reference]),
+            real=real_rows(batch),
+            entropy=padded_fields["entropy"].to(torch.float32) if "entropy" in padded_fields else None,
+            scores=padded(data["rm_scores"]).sum(-1) if health_fields else None,
+            uids=np.array(list(data["uid"]), dtype=object) if health_fields else None,
+        )
 
-    def _gtpo_transform_advantages(self, batch, transforms, inputs: dict, metrics: dict, diagnostics: bool):
+    def _gtpo_transform_advantages(self, batch, settings: AdvantageSettings, inputs: dict, metrics: dict):
         """Apply ``algorithm.adv_transforms`` to the advantages verl wrote, and write them back the same way."""
-        if not transforms:
+        if not settings.transforms:
             return batch
         import transfer_queue as tq
         from tensordict import TensorDict
@@ -160,9 +157,7 @@ class GTPOTrainerMixin:
         def uids() -> list:  # read only to name a row in an error
             return list(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid"])["uid"])
 
-        new_advantages, new_mask = apply_adv_transforms(
-            transforms, advantages, response_mask, inputs, metrics if diagnostics else None, uids=uids
-        )
+        new_advantages, new_mask = transform_advantages(settings, advantages, response_mask, inputs, metrics, uids=uids)
         output = {"advantages": response_to_nested(new_advantages, nested_mask)}
         if returns_are_advantages:
             output["returns"] = output["advantages"]
@@ -191,17 +186,18 @@ class GTPOTrainerMixin:
             )
         metrics.update(watch_metrics)
 
-    def _gtpo_initial_entropy(self, estimator, entropy, mask, real) -> Optional[float]:
+    def _gtpo_initial_entropy(self, settings: AdvantageSettings, fields: Optional[AdvantageFields]) -> Optional[float]:
         """⟨H⟩_ini for Paper A's gate: measured once, on the first batch, before any update (None if unused)."""
-        row = ESTIMATORS.get(estimator)
-        if row is None or not row.measures_initial_entropy(row.config.from_algorithm_config(self.config.algorithm)):
+        if fields is None or not settings.measures_initial_entropy:
             return None
         if self.gtpo_state.initial_entropy is None:
-            counts = mask.to(torch.float32).sum(-1)
-            rows = real & (counts > 0)
+            entropy, mask = fields.entropy, fields.mask
+            counts = mask.sum(-1)
+            rows = fields.real & (counts > 0)
             per_response = row_dot(entropy, mask.to(entropy.dtype))[rows] / counts[rows]
             self.gtpo_state.initial_entropy = float(per_response.mean()) if per_response.numel() else 0.0
-            logger.info("gtpo: %s measured ⟨H⟩_ini = %.4f on the first batch", estimator, self.gtpo_state.initial_entropy)
+            logger.info("gtpo: %s measured ⟨H⟩_ini = %.4f on the first batch", settings.estimator,
+                        self.gtpo_state.initial_entropy)
         return self.gtpo_state.initial_entropy
 
     def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns, **kwargs):
@@ -236,7 +232,7 @@ class GTPOTrainerMixin:
             folder = self._gtpo_checkpoint_folder()
             state = GTPOAlgorithmState.load(folder)
             if state is None:
-                if not GTPOSettings.from_config(self.config).remeasure_on_resume:
+                if not self.gtpo_advantage_settings.gtpo.remeasure_on_resume:
                     raise MissingAlgorithmState(
                         f"gtpo: the checkpoint {folder} has no {STATE_FILE} (⟨H⟩_ini, the entropy watch): it was not "
                         "saved through python -m gtpo_verl.main. Resuming would measure ⟨H⟩_ini again on the trained "

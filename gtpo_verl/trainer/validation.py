@@ -4,8 +4,8 @@ Errors are incompatible settings (one ``ConfigError``, a ``ValueError``, naming 
 fix); warnings are settings that run but depart from what the papers use. ``check_training_config``
 is every check ``python -m gtpo_verl.main`` runs before Ray starts (``gtpo.dry_run=true`` stops
 there; ``gtpo-preflight`` runs it too): ours (``validate_gtpo_config``), verl's
-``validate_config`` and the registries. ``validate_gtpo_config`` may also fill one derived value
-(the differentiable entropy regulariser's ``entropy_coeff``).
+``validate_config`` and the registries. The checks only read the config: values derived from
+other keys are set before them by ``derive_config`` (``trainer/derive.py``).
 """
 
 from __future__ import annotations
@@ -119,14 +119,11 @@ def check_training_config(config: Any) -> list[str]:
     """
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
-    from verl.utils.device import auto_set_device
 
     from gtpo_verl.plugin.registry import check_registered
     from gtpo_verl.trainer.platform_guard import refuse_cpu_mode_on_gpu
 
     refuse_cpu_mode_on_gpu(config)  # GTPO_VERL_CPU / VERL_PLATFORM=cpu inherited by a GPU run
-    if str(select(config, "trainer.device", "cuda")) != "cpu":  # CPU mode is chosen, never detected (gtpo_verl/cpu)
-        auto_set_device(config)
     given = validate_gtpo_config(config)
     use_critic = need_critic(config)
     if use_critic:

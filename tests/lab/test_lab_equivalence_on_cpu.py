@@ -12,7 +12,7 @@ import torch
 
 import verl  # noqa: F401  (loads the plugin)
 from gtpo_verl.lab.methods import METHODS
-from gtpo_verl.lab.update import actor_config, algorithm_config, compute_advantages, policy_loss
+from gtpo_verl.lab.update import AdvantageStep, actor_config, algorithm_config, policy_loss
 from gtpo_verl.trainer.audit_dump import load_audit_step
 from support.paths import FIXTURES
 
@@ -26,8 +26,9 @@ def step():
 
 def _lab_advantages(method, step, initial_entropy=None):
     old_log_probs = torch.zeros_like(step["entropys"])
-    return compute_advantages(method, step["token_level_rewards"], step["response_mask"], np.array(step["uids"], dtype=object),
-                              step["entropys"], step["responses"], old_log_probs, initial_entropy).advantages
+    return AdvantageStep.prepare(method, initial_entropy)(
+        step["token_level_rewards"], step["response_mask"], np.array(step["uids"], dtype=object), step["entropys"],
+        step["responses"], old_log_probs, initial_entropy).advantages
 
 
 def test_real_step_advantages_match_what_verl_stored(step):
@@ -49,7 +50,7 @@ def _verl_compute_advantage(method, step, initial_entropy=None):
     )
     config = algorithm_config(method, initial_entropy)
     bound = {"entropys": step["entropys"], "responses": step["responses"], "old_log_probs": torch.zeros_like(step["entropys"])}
-    with bind_estimator_inputs(initial_entropy=initial_entropy, diagnostics=True, **bound):
+    with bind_estimator_inputs(initial_entropy=initial_entropy, **bound):
         out = compute_advantage(data, adv_estimator=method.estimator, gamma=1.0, lam=1.0, num_repeat=8,
                                 norm_adv_by_std_in_grpo=config.get("norm_adv_by_std_in_grpo", True), config=config)
     return out.batch["advantages"]

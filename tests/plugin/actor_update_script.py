@@ -119,6 +119,7 @@ def main():
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
     from gtpo_verl.plugin.estimators import ESTIMATORS
+    from gtpo_verl.trainer.derive import derive_config
     from gtpo_verl.trainer.validation import validate_gtpo_config
 
     model_path = build_tiny_qwen2(os.path.join(tempfile.mkdtemp(), "tiny_qwen2"))
@@ -162,7 +163,7 @@ def main():
     seq_ratio = (torch.exp(new_log_probs - old_log_probs) * mask).sum(-1) / mask.sum(-1)
     report["grpo_s_surrogate_gain"] = float((seq_adv * (seq_ratio - 1.0)).mean())
 
-    # --- Paper A, differentiable entropy regulariser: validation sets entropy_coeff = -γ and verl's
+    # --- Paper A, differentiable entropy regulariser: derive_config sets entropy_coeff = -γ and verl's
     # ppo_loss adds +γ·agg_loss(H_current) (global normalisation); with zero advantages it is the
     # only gradient, so the current-policy entropy must fall
     traj_cfg = compose_actor(
@@ -173,6 +174,7 @@ def main():
         "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
         "actor_rollout_ref.actor.optim.lr=0.05",
     )
+    derive_config(traj_cfg)
     report["traj_warnings"] = validate_gtpo_config(traj_cfg)
     report["traj_entropy_coeff"] = float(OmegaConf.select(traj_cfg, "actor_rollout_ref.actor.entropy_coeff"))
     traj_actor_cfg = omega_conf_to_dataclass(traj_cfg.actor_rollout_ref.actor)

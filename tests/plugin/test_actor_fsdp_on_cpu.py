@@ -39,7 +39,7 @@ def test_grpo_s_loss_drives_the_update(report):
 
 
 def test_differentiable_entropy_regulariser_uses_current_entropy_with_global_normalisation(report):
-    assert report["traj_entropy_coeff"] == pytest.approx(-0.5)  # −γ, set by start-up validation
+    assert report["traj_entropy_coeff"] == pytest.approx(-0.5)  # −γ, set by derive_config
     # verl summed the two micro-batches' agg_loss parts into the mini-batch's seq-mean-token-mean
     assert report["traj_metrics"]["actor/entropy_loss"][0] == pytest.approx(report["entropy_seq_mean_before"], rel=1e-4)
     assert report["entropy_after"] < report["entropy_before"]  # zero advantages: only the penalty acts

@@ -10,6 +10,9 @@ from gtpo_verl.algorithms.groups import group_ids_from_uids
 from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage
 from gtpo_verl.algorithms.sequence_shaping import grpo_s_advantage
 from gtpo_verl.plugin.extensions import INPUT_FIELDS, estimator_inputs
+from gtpo_verl.plugin.estimators import EstimatorBatch, EstimatorCall
+from gtpo_verl.plugin.estimators.grpo_s import GRPOSConfig
+from gtpo_verl.plugin.estimators.gtpo_token import GTPOTokenConfig
 from gtpo_verl.trainer.diagnostics import estimator_metrics, masked_token_mean
 
 
@@ -26,6 +29,12 @@ def _batch(rows=24, width=10, seed=0):
     return entropy, mask, scores, group_ids, k, real
 
 
+def _call(name, block, mask, scores, group_ids, k, entropy, result):
+    batch = EstimatorBatch(owner=name, response_mask=mask, sequence_scores=scores, group_ids=group_ids, num_groups=k,
+                           entropys=entropy)
+    return EstimatorCall(name, block, batch, result)
+
+
 def _selected_stats(values, mask, rows):
     picked = values[rows][mask[rows] > 0].double()
     if not picked.numel():
@@ -38,11 +47,12 @@ def _selected_stats(values, mask, rows):
 def test_token_stats_equal_boolean_selection(name):
     entropy, mask, scores, group_ids, k, real = _batch()
     if name == "gtpo_token":
-        result = gtpo_token_advantage(mask, scores, group_ids, k, entropy=entropy, alpha1=0.9, alpha2=0.1,
-                                      negative_shaping=True, return_share_stats=True)
+        block = GTPOTokenConfig(alpha1=0.9, alpha2=0.1, negative_shaping=True)
+        result = gtpo_token_advantage(mask, scores, group_ids, k, entropy=entropy, **block.function_kwargs())
     else:
-        result = grpo_s_advantage(mask, scores, group_ids, k, entropy=entropy, beta1=1.0, beta2=0.1)
-    metrics = estimator_metrics(name, result, mask, real)
+        block = GRPOSConfig(beta1=1.0, beta2=0.1)
+        result = grpo_s_advantage(mask, scores, group_ids, k, entropy=entropy, **block.function_kwargs())
+    metrics = estimator_metrics(_call(name, block, mask, scores, group_ids, k, entropy, result), mask, real)
     valid_rows = real & (mask.sum(-1) > 0)
     for label, rows in (("success", result.success & valid_rows), ("failure", ~result.success & valid_rows)):
         expected = _selected_stats(result.advantages, mask, rows)
@@ -61,7 +71,8 @@ def test_grpo_s_bonus_share_is_the_share_the_estimator_rewarded(success_share, z
     epsilon = 1e-6
     result = grpo_s_advantage(mask, scores, group_ids, k, entropy=entropy, beta1=1.0, beta2=0.1,
                               success_share=success_share, epsilon=epsilon)
-    metrics = estimator_metrics("grpo_s", result, mask, real)
+    block = GRPOSConfig(beta1=1.0, beta2=0.1, success_share=success_share, epsilon=epsilon)
+    metrics = estimator_metrics(_call("grpo_s", block, mask, scores, group_ids, k, entropy, result), mask, real)
     expected = []
     for i in range(len(scores)):
         members = [j for j in range(len(scores)) if group_ids[j] == group_ids[i] and bool(result.success[j])]

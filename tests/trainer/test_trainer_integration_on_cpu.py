@@ -274,9 +274,12 @@ def test_all_equal_groups_frac_counts_groups_not_rows():
 
 # ----------------------------------------------------------------------------- start-up validation
 def validate(*overrides):
+    """As ``python -m gtpo_verl.main`` does: the derived values, then the checks."""
+    from gtpo_verl.trainer.derive import derive_config
     from gtpo_verl.trainer.validation import validate_gtpo_config
 
     config = compose_config(*overrides)
+    derive_config(config)
     return validate_gtpo_config(config), config
 
 

@@ -24,13 +24,12 @@ from typing import Callable
 
 import torch
 
-from gtpo_verl.algorithms.groups import group_ids_from_uids
 from gtpo_verl.plugin.threads import one_cpu_thread
 from gtpo_verl.plugin.context import bound_estimator_input, record_estimator_output
 from gtpo_verl.plugin.estimators.grpo_s import GRPO_S
 from gtpo_verl.plugin.estimators.gtpo_token import GTPO_TOKEN
 from gtpo_verl.plugin.estimators.gtpo_traj import GTPO_TRAJ
-from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch
+from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, EstimatorCall
 from gtpo_verl.plugin.extensions import register_entropy_aware_estimator
 
 ESTIMATORS: dict[str, Estimator] = {row.name: row for row in (GTPO_TOKEN, GRPO_S, GTPO_TRAJ)}
@@ -43,33 +42,21 @@ def _verl_adapter(row: Estimator) -> Callable:
     """verl's estimator signature around ``row.run``: ``(token_level_rewards, response_mask, index, config)``
     plus the declared inputs as keyword arguments → ``(advantages, returns)``, zeros outside the mask.
 
-    ``config`` is verl's ``algorithm`` node; ``index`` the uids. The detailed result (and the name
-    verl called) reach the trainer through ``plugin/context.py``. On the CPU the call runs on one
-    thread (``plugin/threads.py``).
+    ``config`` is verl's ``algorithm`` node; ``index`` the uids. The declared inputs arrive resolved
+    (``register_entropy_aware_estimator``); ⟨H⟩_ini is the keyword ``initial_entropy``, else the bound
+    datum (``plugin/context.py``). The ``EstimatorCall`` (block, batch, result) goes back to the caller
+    that bound the inputs. On the CPU the call runs on one thread (``plugin/threads.py``).
     """
     owner = f"advantage estimator {row.name!r}"
 
     def adapter(token_level_rewards, response_mask, index=None, config=None, *, initial_entropy=None, **inputs):
         block = row.config.from_algorithm_config(config)
-        if index is None:
-            raise ValueError(f"{owner} needs `index` (the uid of each response's prompt).")
-        group_ids, num_groups = group_ids_from_uids(index)
-        if group_ids.numel() != response_mask.shape[0]:
-            raise ValueError(f"{owner}: {group_ids.numel()} uids for {response_mask.shape[0]} responses.")
-        batch = EstimatorBatch(
-            owner=owner,
-            response_mask=response_mask,
-            sequence_scores=token_level_rewards.sum(-1),
-            group_ids=group_ids,
-            num_groups=num_groups,
-            entropys=inputs.get("entropys"),
-            responses=inputs.get("responses"),
-            initial_entropy=initial_entropy if initial_entropy is not None else bound_estimator_input("initial_entropy"),
-            share_stats=bool(bound_estimator_input("diagnostics")),
-        )
+        if initial_entropy is None:
+            initial_entropy = bound_estimator_input("initial_entropy")
+        batch = EstimatorBatch.build(owner, token_level_rewards, response_mask, index, initial_entropy, **inputs)
         with torch.no_grad(), one_cpu_thread(response_mask):
             result = row.run(block, batch)
-        record_estimator_output(row.name, result)
+        record_estimator_output(row.name, EstimatorCall(row.name, block, batch, result))
         advantages = result.advantages.to(token_level_rewards.dtype)
         return advantages, advantages
 
@@ -84,4 +71,4 @@ def register_estimators() -> None:
         register_entropy_aware_estimator(row.name, inputs=row.inputs, optional=row.optional)(_verl_adapter(row))
 
 
-__all__ = ["ALGORITHM_BLOCKS", "ESTIMATORS", "Estimator", "EstimatorBatch", "register_estimators"]
+__all__ = ["ALGORITHM_BLOCKS", "ESTIMATORS", "Estimator", "EstimatorBatch", "EstimatorCall", "register_estimators"]

@@ -12,26 +12,21 @@ from typing import ClassVar
 
 import torch
 
-from gtpo_verl.algorithms.choices import (
-    ADV_NORM_MODES,
-    NEGATIVE_SHARES,
-    SEQUENCE_ENTROPY_MEANS,
-    SEQUENCE_VARIANTS,
-    SUCCESS_SHARES,
-    UNIFORM_GROUP_MODES,
-)
+from gtpo_verl.algorithms.choices import NEGATIVE_SHARES, SEQUENCE_ENTROPY_MEANS, SEQUENCE_VARIANTS, SUCCESS_SHARES
 from gtpo_verl.algorithms.sequence_shaping import grpo_s_advantage
-from gtpo_verl.plugin.config import ConfigBlock, ConfigError, check_v6_failure_shaping, choice, number, weight
-from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, success_failure
+from gtpo_verl.plugin.config import ConfigError, choice, weight
+from gtpo_verl.plugin.estimators.paper_b import PaperBBlock
+from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, EstimatorCall, success_failure
 
 NAME = "grpo_s"  # algorithm.adv_estimator=grpo_s, and actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s
 
 
 @dataclass(frozen=True)
-class GRPOSConfig(ConfigBlock):
+class GRPOSConfig(PaperBBlock):
     """``algorithm.grpo_s``: Paper B sequence-level shaping (GRPO-S), arXiv:2508.04349 Eq. (S31)-(S38).
 
-    The keyword arguments of ``grpo_s_advantage``; formulas in docs/spec.md B.7.
+    The keyword arguments of ``grpo_s_advantage`` (the fields Paper B's blocks share come from
+    ``PaperBBlock``); formulas in docs/spec.md B.7.
     """
 
     path: ClassVar[str] = f"algorithm.{NAME}"
@@ -50,16 +45,6 @@ class GRPOSConfig(ConfigBlock):
     """Success share: Ĥ_i over the ``arithmetic`` (S31) or ``geometric`` mean of Ĥ over O+."""
     sequence_entropy: str = choice("arithmetic", SEQUENCE_ENTROPY_MEANS)
     """Ĥ_i as the ``arithmetic`` (S32) or ``geometric`` mean of the response's token entropies."""
-    adv_norm: str = choice("two_zero_filled", ADV_NORM_MODES)
-    """Normalisation sets when failures have a shaped reward: two_zero_filled | single_combined | per_class."""
-    success_threshold: float = number(0.0)
-    """O+ = responses whose sequence score is > this value."""
-    uniform_outcome_groups: str = choice("keep", UNIFORM_GROUP_MODES)
-    """All-success / all-failure groups: ``keep`` or ``zero_adv``."""
-    std_unbiased: bool = True
-    """Sample std (n−1), as verl's GRPO."""
-    epsilon: float = number(1e-6, gt=0.0, le=1.0, fix="use e.g. 1e-6.")
-    """ε in 1/(Ĥ+ε), the logs of the geometric means, and std + ε."""
 
     def check(self):
         if self.beta1 + self.beta2 <= 0.0:
@@ -68,7 +53,7 @@ class GRPOSConfig(ConfigBlock):
                 f"`{self.key('beta1')}` and `{self.key('beta2')}` are both 0: every sequence reward would be 0. "
                 "Use e.g. beta1=0.9 beta2=0.1.",
             )
-        check_v6_failure_shaping(self, "β")
+        self.check_v6_failure_shaping("β")
 
 
 def _run(block: GRPOSConfig, batch: EstimatorBatch):
@@ -78,8 +63,9 @@ def _run(block: GRPOSConfig, batch: EstimatorBatch):
     )
 
 
-def _metrics(result, counts, success, failure, real) -> dict[str, float]:
+def _metrics(call: EstimatorCall, counts, success, failure, real) -> dict[str, float]:
     """Each success's share Ĥ_i / mean_{k∈O+} Ĥ_k of the bonus (S31), exactly as the estimator computed it."""
+    result = call.result
     picked = result.success_share[success].to(torch.float64)
     if not picked.numel():
         return {}

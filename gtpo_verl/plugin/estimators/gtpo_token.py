@@ -12,16 +12,15 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from gtpo_verl.algorithms.choices import (
-    ADV_NORM_MODES,
-    ENTROPY_SHARES,
-    LENGTH_DENOMINATORS,
-    TOKEN_VARIANTS,
-    UNIFORM_GROUP_MODES,
-)
+import torch
+
+from gtpo_verl.algorithms.choices import ENTROPY_SHARES, LENGTH_DENOMINATORS, TOKEN_VARIANTS
+from gtpo_verl.algorithms.groups import row_sum_squares
 from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage
-from gtpo_verl.plugin.config import ConfigBlock, ConfigError, check_v6_failure_shaping, choice, number, select, weight
-from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, success_failure
+from gtpo_verl.algorithms.token_shaping import column_share, geometric_share
+from gtpo_verl.plugin.config import ConfigError, choice, number, select, weight
+from gtpo_verl.plugin.estimators.paper_b import PaperBBlock
+from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, EstimatorCall, success_failure
 
 NAME = "gtpo_token"  # algorithm.adv_estimator=gtpo_token
 
@@ -30,10 +29,11 @@ _SUM_TOLERANCE = 1e-6
 
 
 @dataclass(frozen=True)
-class GTPOTokenConfig(ConfigBlock):
+class GTPOTokenConfig(PaperBBlock):
     """``algorithm.gtpo_token``: Paper B token-level shaping (GTPO), arXiv:2508.04349 Eq. (S18)-(S30).
 
-    The keyword arguments of ``gtpo_token_advantage``; formulas in docs/spec.md B.2-B.6.
+    The keyword arguments of ``gtpo_token_advantage`` (the fields Paper B's blocks share come from
+    ``PaperBBlock``); formulas in docs/spec.md B.2-B.6.
     """
 
     path: ClassVar[str] = f"algorithm.{NAME}"
@@ -48,10 +48,6 @@ class GTPOTokenConfig(ConfigBlock):
     """GTPO₂: failed tokens get −(1/H)/Σ(1/H)·h_t (S26-S30); ``unified_v6`` requires it (its −α2·share term)."""
     entropy_share: str = choice("column", ENTROPY_SHARES)
     """``column``: share across the group at step t (S18, S26); ``geometric``: within the row (S20, S27)."""
-    adv_norm: str = choice("two_zero_filled", ADV_NORM_MODES)
-    """Normalisation sets when failures have a shaped reward: two_zero_filled | single_combined | per_class."""
-    success_threshold: float = number(0.0)
-    """O+ = responses whose sequence score (sum of token rewards) is > this value."""
     kappa: Optional[float] = number(None, gt=1.0, fix="κ > 1 (Eq. S24), e.g. 3.")
     """κ > 1 of ``clipped_len``: the bonus is clipped to [1, α1(1+1/κ)] (S24); needs κ ≤ α1/α2."""
     overlong_buffer_len: Optional[int] = number(None, ge=1, fix="e.g. DAPO's 4096.")
@@ -60,12 +56,6 @@ class GTPOTokenConfig(ConfigBlock):
     """L2 of the length penalty R(i) (S23), e.g. the max response length 20480."""
     length_penalty_denominator: str = choice("l1", LENGTH_DENOMINATORS)
     """``l1``: (L − |o|)/L1, continuous (DAPO); ``l2``: the text's literal /L2."""
-    uniform_outcome_groups: str = choice("keep", UNIFORM_GROUP_MODES)
-    """All-success / all-failure groups: ``keep`` the formulas, or ``zero_adv`` (0 as in GRPO)."""
-    std_unbiased: bool = True
-    """Sample std (n−1) as verl's GRPO, else population std."""
-    epsilon: float = number(1e-6, gt=0.0, le=1.0, fix="use e.g. 1e-6.")
-    """ε in 1/(H+ε), log(H+ε) and std + ε (Remark 2.1)."""
 
     def check(self):
         if self.alpha1 + self.alpha2 <= 0.0:
@@ -74,7 +64,7 @@ class GTPOTokenConfig(ConfigBlock):
                 f"`{self.key('alpha1')}` and `{self.key('alpha2')}` are both 0: every token reward would be 0. "
                 "Use e.g. alpha1=0.9 alpha2=0.1.",
             )
-        check_v6_failure_shaping(self, "α")
+        self.check_v6_failure_shaping("α")
         if self.variant == "clipped_len":
             if abs(self.alpha1 + self.alpha2 - 1.0) > _SUM_TOLERANCE:
                 raise ConfigError(
@@ -104,20 +94,38 @@ class GTPOTokenConfig(ConfigBlock):
 def _run(block: GTPOTokenConfig, batch: EstimatorBatch):
     return gtpo_token_advantage(
         batch.response_mask, batch.sequence_scores, batch.group_ids, batch.num_groups,
-        entropy=batch.require("entropys"), return_share_stats=batch.share_stats, **block.function_kwargs(),
+        entropy=batch.require("entropys"), **block.function_kwargs(),
     )
 
 
-def _metrics(result, counts, success, failure, real) -> dict[str, float]:
-    """The success tokens' entropy shares (S18): their mean is 1 by conservation; std and max show concentration."""
-    if result.share_stats is None:
-        return {}
-    total, total_sq, largest = (float(v) for v in result.share_stats)
-    tokens = float(counts[success].sum()) if bool(success.any()) else 0.0
+def bonus_shares(call: EstimatorCall) -> torch.Tensor:
+    """The entropy share of every success token ``(S, T)`` (S = the estimator's O+ rows), 0 elsewhere.
+
+    The share the bonus α2·share multiplies (S18 column, S20 geometric), from the equation layer
+    (``algorithms/token_shaping.py``), over the estimator's own O+ and its block's ``entropy_share``.
+    """
+    batch, block, success = call.batch, call.block, call.result.success
+    entropy = batch.entropys[success].to(torch.float32).clamp_min(0.0)
+    members = (batch.response_mask[success] > 0).to(entropy.dtype)
+    if block.entropy_share == "column":
+        return column_share(entropy, members, batch.group_ids[success], batch.num_groups)
+    return geometric_share(entropy, torch.log(entropy + block.epsilon), members)
+
+
+def _metrics(call: EstimatorCall, counts, success, failure, real) -> dict[str, float]:
+    """The success tokens' entropy shares (S18): their mean is 1 by conservation; std and max show concentration.
+
+    Masked row reductions over the shares (0 off the tokens), no selected copies.
+    """
+    shares = bonus_shares(call)
+    keep = (success & real)[call.result.success].to(torch.float64)  # the real rows among the estimator's O+
+    tokens = float(((call.batch.response_mask[call.result.success] > 0).sum(-1).to(torch.float64) * keep).sum())
     if not tokens:
         return {"bonus_share/mean": 0.0, "bonus_share/std": 0.0, "bonus_share/max": 0.0}
-    mean = total / tokens
-    return {"bonus_share/mean": mean, "bonus_share/std": math.sqrt(max(0.0, total_sq / tokens - mean * mean)),
+    mean = float((shares.sum(-1).to(torch.float64) * keep).sum()) / tokens
+    second = float((row_sum_squares(shares).to(torch.float64) * keep).sum()) / tokens
+    largest = float((shares.amax(-1).to(torch.float64) * keep).max()) if shares.shape[-1] else 0.0
+    return {"bonus_share/mean": mean, "bonus_share/std": math.sqrt(max(0.0, second - mean * mean)),
             "bonus_share/max": largest}
 
 

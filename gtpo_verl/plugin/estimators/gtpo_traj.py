@@ -7,7 +7,6 @@ differentiable regulariser, the ⟨H⟩_ini gate). The equations are ``algorithm
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
@@ -22,11 +21,10 @@ from gtpo_verl.algorithms.choices import (
 )
 from gtpo_verl.algorithms.trajectory import LN2, gtpo_traj_advantage
 from gtpo_verl.plugin.config import ConfigBlock, ConfigError, choice, number, select, weight
-from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch
+from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, EstimatorCall
 
 NAME = "gtpo_traj"  # algorithm.adv_estimator=gtpo_traj
 
-logger = logging.getLogger(__name__)
 
 # Fewer first-batch responses than this make a noisy ⟨H⟩_ini for Paper A's gate (docs/spec.md A.4).
 MIN_INITIAL_ENTROPY_RESPONSES = 64
@@ -103,7 +101,6 @@ class GTPOTrajConfig(ConfigBlock):
             overlap=choices["overlap"],
             divisor=choices["divisor"],
             norm_adv_by_std=bool(choices["norm_adv_by_std"]),
-            entropy_filter_scope=self.entropy_filter_scope if filtering else "all",
             initial_entropy=initial_entropy if choices["ini_entropy_gate"] else None,
         )
         return kwargs
@@ -124,8 +121,9 @@ def _run(block: GTPOTrajConfig, batch: EstimatorBatch):
     )
 
 
-def _metrics(result, counts, success, failure, real) -> dict[str, float]:
+def _metrics(call: EstimatorCall, counts, success, failure, real) -> dict[str, float]:
     """Conflict tokens (λ of S12) and the entropy filter (δ of S16)."""
+    result = call.result
     lengths = counts.to(torch.float32)
     run_tokens = torch.minimum(lengths, (result.forward_run + result.backward_run).to(lengths.dtype))
     pos_tokens, neg_tokens = float(lengths[success].sum()), float(lengths[failure].sum())
@@ -150,7 +148,7 @@ def _check(config, block: GTPOTrajConfig, warn) -> None:
             "is on; set actor_rollout_ref.actor.use_kl_loss=false algorithm.use_kl_in_reward=false."
         )
     if block.entropy_reg_mode == "differentiable":
-        _configure_differentiable_entropy(config, block)
+        _check_differentiable_entropy(config, block)
     if block.resolved_choices()["ini_entropy_gate"] and block.initial_entropy is None:
         prompts = int(select(config, "data.train_batch_size", 0))
         responses = prompts * int(select(config, "actor_rollout_ref.rollout.n", 1))
@@ -164,27 +162,34 @@ def _check(config, block: GTPOTrajConfig, warn) -> None:
             )
 
 
-def _configure_differentiable_entropy(config, block: GTPOTrajConfig) -> None:
-    """Map S17's −γ⟨H⟩ term onto verl's own entropy term: ``actor.entropy_coeff = −γ``.
+def _differentiable_entropy_coeff(config, block: GTPOTrajConfig) -> float:
+    """S17's −γ⟨H⟩ term on verl's own entropy term: ``actor.entropy_coeff = −γ``.
 
     verl's ``ppo_loss`` subtracts ``entropy_coeff · agg_loss(H)`` with the current-policy
     entropy of the update pass and the global batch normalisation, so −γ turns its bonus into
     the paper's penalty; with seq-mean-token-mean it is exactly γ (1/G) Σ_i ⟨H⟩_i.
     """
-    from omegaconf import open_dict
+    return -block.gamma
 
+
+def _derive(config, block: GTPOTrajConfig) -> dict[str, Any]:
+    """``actor.entropy_coeff = −γ`` for the differentiable regulariser, where it is left at 0 (``derive_config``)."""
+    target = _differentiable_entropy_coeff(config, block)
     coeff = float(select(config, "actor_rollout_ref.actor.entropy_coeff", 0.0))
-    target = -block.gamma
-    if coeff == 0.0 and target != 0.0:
-        with open_dict(config):
-            config.actor_rollout_ref.actor.entropy_coeff = target
-        logger.info("%s differentiable entropy regulariser: actor_rollout_ref.actor.entropy_coeff=%s", NAME, target)
-    elif abs(coeff - target) > 1e-12:
+    if block.entropy_reg_mode == "differentiable" and coeff == 0.0 and target != 0.0:
+        return {"actor_rollout_ref.actor.entropy_coeff": target}
+    return {}
+
+
+def _check_differentiable_entropy(config, block: GTPOTrajConfig) -> None:
+    target = _differentiable_entropy_coeff(config, block)
+    coeff = float(select(config, "actor_rollout_ref.actor.entropy_coeff", 0.0))
+    if abs(coeff - target) > 1e-12:
         raise ConfigError(
             block.key("entropy_reg_mode"),
             f"`{block.key('entropy_reg_mode')}=differentiable` with gamma={block.gamma} needs "
             f"`actor_rollout_ref.actor.entropy_coeff={target}` (verl's entropy term with a negative sign), "
-            f"but it is {coeff}. Leave entropy_coeff at 0 (it is set for you) or set it to {target}."
+            f"but it is {coeff}. Leave entropy_coeff at 0 (python -m gtpo_verl.main derives it) or set it to {target}."
         )
 
 
@@ -202,6 +207,7 @@ GTPO_TRAJ = Estimator(
     metrics=_metrics,
     loss_agg_mode="seq-mean-token-mean",  # official README objective: (1/G) Σ_i 1/|o_i| Σ_t (spec A.6)
     check=_check,
+    derive=_derive,
     measures_initial_entropy=lambda block: block.resolved_choices()["ini_entropy_gate"]
     and block.initial_entropy is None,
 )

@@ -10,7 +10,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from gtpo_verl.plugin.extensions import resolve_input
+from gtpo_verl.algorithms.groups import group_ids_from_uids
+from gtpo_verl.plugin.extensions import missing_input_error
 
 
 @dataclass(frozen=True)
@@ -25,11 +26,36 @@ class EstimatorBatch:
     entropys: Optional[torch.Tensor] = None  # old-policy per-token entropy
     responses: Optional[torch.Tensor] = None  # response token ids
     initial_entropy: Optional[float] = None  # ⟨H⟩_ini measured on the first batch (Paper A's gate)
-    share_stats: bool = False  # also compute the share statistics the diagnostics log
 
     def require(self, name: str) -> torch.Tensor:
-        """The input ``name``, or one error naming its TransferQueue field and the fix."""
-        return resolve_input(name, getattr(self, name), self.owner, self.response_mask)
+        """The input ``name`` (already resolved and aligned), or one error naming its TransferQueue field and the fix."""
+        value = getattr(self, name)
+        if value is None:
+            raise missing_input_error(name, self.owner, self.response_mask)
+        return value
+
+    @classmethod
+    def build(cls, owner: str, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
+              initial_entropy: Optional[float] = None, **inputs: Optional[torch.Tensor]) -> "EstimatorBatch":
+        """The batch from verl's arguments (rewards, mask, uids) and the resolved inputs: the one place it is built."""
+        if index is None:
+            raise ValueError(f"{owner} needs `index` (the uid of each response's prompt).")
+        group_ids, num_groups = group_ids_from_uids(index)
+        if group_ids.numel() != response_mask.shape[0]:
+            raise ValueError(f"{owner}: {group_ids.numel()} uids for {response_mask.shape[0]} responses.")
+        return cls(owner=owner, response_mask=response_mask, sequence_scores=token_level_rewards.sum(-1),
+                   group_ids=group_ids, num_groups=num_groups, entropys=inputs.get("entropys"),
+                   responses=inputs.get("responses"), initial_entropy=initial_entropy)
+
+
+@dataclass(frozen=True)
+class EstimatorCall:
+    """One call of a table estimator as its caller gets it back: the block it read, the batch, the result."""
+
+    name: str
+    block: Any  # the ``algorithm.<name>`` block
+    batch: EstimatorBatch
+    result: Any  # the pure function's detailed result
 
 
 @dataclass(frozen=True)
@@ -44,10 +70,11 @@ class Estimator:
     optional: tuple[str, ...]  # fetched, but ``run`` decides whether it needs them
     run: Callable[[Any, EstimatorBatch], Any]  # (block, batch) → the pure function's result
     outcome: Callable[[Any], tuple[torch.Tensor, torch.Tensor]]  # result → (success rows, failure rows)
-    metrics: Callable[..., dict[str, float]]  # (result, counts, success, failure, real) → its own gtpo/* metrics
+    metrics: Callable[..., dict[str, float]]  # (call, counts, success, failure, real) → its own gtpo/* metrics
     loss_agg_mode: str  # the aggregation its paper's objective is written for
     policy_loss: Optional[str] = None  # the policy loss it pairs with, if any
-    check: Callable[[Any, Any, Callable[[str], None]], None] = lambda config, block, warn: None  # start-up checks
+    check: Callable[[Any, Any, Callable[[str], None]], None] = lambda config, block, warn: None  # start-up checks, read-only
+    derive: Callable[[Any, Any], dict[str, Any]] = lambda config, block: {}  # {dotted key: value} derive_config sets
     measures_initial_entropy: Callable[[Any], bool] = lambda block: False  # ⟨H⟩_ini measured on the first batch
 
 
