@@ -43,6 +43,7 @@ class TokenShaping(NamedTuple):
     success: torch.Tensor  # (B,) bool, O+ membership
     mean_entropy: torch.Tensor  # (B,) masked mean old-policy entropy
     share_stats: torch.Tensor | None = None  # (sum, sum of squares, max) of the success tokens' shares
+    shares: object | None = None  # the fused call's share tables (not a tensor): ``kernels.gtpo_token.success_share_rows``
 
 
 # ----------------------------------------------------------------------------- equation layer

@@ -27,7 +27,8 @@ def _outputs(kind, b, kw):
         res = call_seq(b, **kw)
     else:
         res = call_traj(b, **kw)
-    return {k: v for k, v in res._asdict().items() if v is not None}  # optional fields not requested
+    # optional fields not requested; the fused call's share tables (not an output)
+    return {k: v for k, v in res._asdict().items() if v is not None and k != "shares"}
 
 
 def _reference(kind, b, kw):

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from gtpo_verl.algorithms.groups import group_ids_from_uids
 from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage
+from gtpo_verl.algorithms.token_shaping import column_share, geometric_share
 from gtpo_verl.lab.methods import Method
 from gtpo_verl.lab.update import AdvantageStep
 from gtpo_verl.plugin.context import bind_estimator_inputs
@@ -148,26 +149,37 @@ def test_the_context_var_refuses_control_flags():
 
 
 @pytest.mark.parametrize("entropy_share", ["column", "geometric"])
-def test_bonus_share_metrics_equal_the_fused_kernels_own_share_statistics(entropy_share):
-    """The diagnostics' shares (the equation layer) against the kernel's Σ, Σ², max of the same shares."""
+def test_bonus_share_metrics_equal_the_equations(entropy_share):
+    """The diagnostics' Σ, Σ², max of the success tokens' shares (the fused call's tables) against the
+    shares of the equation layer (S18 column, S20 geometric), over the real O+ rows only."""
     gen = torch.Generator().manual_seed(3)
     rows, width = 24, 9
     lengths = torch.randint(1, width + 1, (rows,), generator=gen)
     mask = (torch.arange(width) < lengths[:, None]).to(torch.int64)
     entropy = torch.rand(rows, width, generator=gen) * 2
     entropy[4:8] = 0.0  # an all-zero group: every share 1 (Remark 2.1)
+    entropy[mask == 0] = float("nan")  # garbage off the mask changes nothing
     scores = (torch.rand(rows, generator=gen) < 0.5).float()
     scores[4:8] = 1.0
+    real = torch.ones(rows, dtype=torch.bool)
+    real[-4:] = False  # padding rows of the batch are left out of the metrics
     group_ids, k = group_ids_from_uids([f"u{i // 4}" for i in range(rows)])
     block = GTPOTokenConfig(entropy_share=entropy_share)
-    result = gtpo_token_advantage(mask, scores, group_ids, k, entropy=entropy, return_share_stats=True,
-                                  **block.function_kwargs())
+    result = gtpo_token_advantage(mask, scores, group_ids, k, entropy=entropy, **block.function_kwargs())
     batch = EstimatorBatch(owner="t", response_mask=mask, sequence_scores=scores, group_ids=group_ids, num_groups=k,
                            entropys=entropy)
-    metrics = estimator_metrics(EstimatorCall("gtpo_token", block, batch, result), mask, torch.ones(rows, dtype=torch.bool))
-    total, total_sq, largest = result.share_stats.tolist()
-    tokens = float(mask[result.success].sum())
-    mean = total / tokens
+    metrics = estimator_metrics(EstimatorCall("gtpo_token", block, batch, result), mask, real)
+
+    valid = mask > 0
+    h = torch.where(valid, entropy, 0.0).double().clamp_min(0.0)
+    on_success = (valid & (scores > 0).unsqueeze(-1)).double()
+    if entropy_share == "column":
+        share = column_share(h, on_success, group_ids, k)
+    else:
+        share = geometric_share(h, torch.log(h + block.epsilon), on_success)
+    kept = share[(scores > 0) & real]
+    tokens = float(on_success[real].sum())
+    mean = float(kept.sum()) / tokens
     assert metrics["gtpo/bonus_share/mean"] == pytest.approx(mean, rel=1e-5)
-    assert metrics["gtpo/bonus_share/std"] == pytest.approx((total_sq / tokens - mean * mean) ** 0.5, rel=1e-4)
-    assert metrics["gtpo/bonus_share/max"] == pytest.approx(largest, rel=1e-5)
+    assert metrics["gtpo/bonus_share/std"] == pytest.approx((float(kept.square().sum()) / tokens - mean * mean) ** 0.5, rel=1e-4)
+    assert metrics["gtpo/bonus_share/max"] == pytest.approx(float(kept.max()), rel=1e-5)

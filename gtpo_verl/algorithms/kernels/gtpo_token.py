@@ -112,20 +112,19 @@ def gtpo_token_advantage(
         entropy.detach(), blocks, success, segment, 2 * num_groups, dtype=dtype, epsilon=epsilon,
         inverse=negative_shaping, column=column,
     )
-    shares = _Shares(segment)
+    shares = _Shares(segment, dtype)
     if column:  # share_{i,t} = x_{i,t} · d_t / Σ_{k∈set_t} x_{k,t}  (S18, S26)
         shares.table, shares.uniform = _share_tables_(column_sum, column_count)
     else:  # share_{i,t} = x_{i,t} / GM_t(x_i): 1/GM(H + ε) on O+ (S20), GM(H + ε) for 1/(H + ε) on O− (S27)
         log_mean = log_sums / counts.clamp_min(1)
         shares.row_factor = torch.exp(torch.where(success, -log_mean, log_mean))
-    share_stats = _share_stats(out, blocks, success, shares) if return_share_stats else None
     # conservation: a segment's column shares sum to its tokens; a row's geometric shares to factor · Σ_t x
     share_totals = counts.to(torch.float64) if column else shares.row_factor.to(torch.float64) * shaped_sums.to(torch.float64)
 
     # the bonus coefficients: +α2 on share⁺ (S18); −1 (S26) or −α2 (v6 Eq. 5) on share⁻; 0 if unshaped
     _, failure_alpha = bonus_coefficients(alpha2=alpha2, negative_shaping=negative_shaping, variant=variant)
     alpha = torch.tensor([alpha2, failure_alpha], dtype=torch.float64, device=device)[(~success).to(torch.int64)]  # (B,)
-    shares.times_alpha(alpha2, failure_alpha, alpha, dtype)
+    shares.times_alpha(alpha2, failure_alpha, alpha)
 
     if variant == "clipped_len":
         row_reward = overlong_length_penalty(
@@ -160,38 +159,73 @@ def gtpo_token_advantage(
     # pass 3: ÷ (std + ε) of the row's set  (S21, S28-S30)
     row_scale = set_row_scale(row_sq_dev, set_mean, sets, unbiased=std_unbiased, epsilon=epsilon, keep_rows=keep_rows)
     out.mul_(row_scale.to(dtype).unsqueeze(-1))
-    return TokenShaping(
-        advantages=out, success=success, mean_entropy=entropy_sums / counts.clamp_min(1), share_stats=share_stats
+    result = TokenShaping(
+        advantages=out, success=success, mean_entropy=entropy_sums / counts.clamp_min(1), shares=shares
     )
+    if return_share_stats:
+        rows = success_share_rows(result, response_mask, entropy=entropy)
+        largest = rows[:, 2].amax() if rows.shape[0] else rows.new_zeros(())
+        result = result._replace(share_stats=torch.stack([rows[:, 0].sum(), rows[:, 1].sum(), largest]))
+    return result
+
+
+def success_share_rows(result: TokenShaping, response_mask: torch.Tensor, *, entropy: torch.Tensor) -> torch.Tensor:
+    """Per row ``(B, 3)`` float64: Σ_t, Σ_t (·)² and max_t of the entropy shares of an O+ row (S18, S20), 0 on O−.
+
+    The shares the bonus α2 · share multiplies, from the tables of the call that produced ``result``
+    (with the same ``entropy`` and ``response_mask``): one blocked pass, for the diagnostics.
+    """
+    shares = result.shares
+    blocks = RowBlocks(response_mask, shares.dtype)
+    stats = torch.zeros(response_mask.shape[0], 3, dtype=torch.float64, device=response_mask.device)
+    for block in blocks:
+        mask = blocks.mask(block)
+        x = torch.mul(entropy[block].detach(), mask, out=blocks.scratch(block, 2)).clamp_min_(0.0)
+        share = shares.apply_(x, block, blocks, scaled=False).mul_(mask).nan_to_num_(nan=0.0)
+        stats[block, 0] = share.sum(-1).to(torch.float64)
+        stats[block, 1] = row_sum_squares(share).to(torch.float64)
+        if share.shape[1]:
+            stats[block, 2] = share.amax(-1).to(torch.float64)
+    return stats * result.success.to(torch.float64).unsqueeze(-1)
 
 
 class _Shares:
-    """How pass 2 turns x into α · share: a (segment, T) column table (+ uniform), or a per-row factor."""
+    """The shares x → share of pass 2: a (segment, T) column table (+ uniform), or a per-row factor.
 
-    def __init__(self, segment: torch.Tensor):
-        self.segment = segment
+    The tables hold d_t / Σx (the share per unit of x); ``times_alpha`` adds α-scaled copies for
+    pass 2 and keeps these for the diagnostics (``success_share_rows``).
+    """
+
+    def __init__(self, segment: torch.Tensor, dtype: torch.dtype):
+        self.segment, self.dtype = segment, dtype
         self.table: torch.Tensor | None = None  # (2K, T) d_t / Σx per segment (column shares)
         self.uniform: torch.Tensor | None = None  # (2K, T) 1 on all-zero columns with members, else None
         self.row_factor: torch.Tensor | None = None  # (B,) 1/GM per row (geometric shares)
+        self.alpha_table = self.alpha_uniform = self.alpha_row_factor = None  # the same times α
 
-    def times_alpha(self, alpha2: float, failure_alpha: float, alpha: torch.Tensor, dtype: torch.dtype) -> None:
-        """Fold α into the shares: table rows 2g (O+) times α2, rows 2g + 1 (O−) times the failure α."""
+    def times_alpha(self, alpha2: float, failure_alpha: float, alpha: torch.Tensor) -> None:
+        """α · share: table rows 2g (O+) times α2, rows 2g + 1 (O−) times the failure α; or the row's α."""
         if self.table is None:
-            self.row_factor = (self.row_factor * alpha).to(dtype)
+            self.alpha_row_factor = (self.row_factor * alpha).to(self.dtype)
             return
-        for table in (self.table, self.uniform):
-            if table is not None:
-                table[0::2].mul_(alpha2)
-                table[1::2].mul_(failure_alpha)
+        segment_alpha = torch.tensor([alpha2, failure_alpha], dtype=self.dtype, device=self.table.device)
+        segment_alpha = segment_alpha.repeat(self.table.shape[0] // 2).unsqueeze(-1)
+        self.alpha_table = self.table * segment_alpha
+        self.alpha_uniform = None if self.uniform is None else self.uniform * segment_alpha
 
-    def apply_(self, x: torch.Tensor, block: slice, blocks: RowBlocks) -> torch.Tensor:
-        """``x ← x · table[segment] + uniform[segment]`` or ``x · row_factor``, in place (NaN stays NaN)."""
-        if self.table is None:
-            return x.mul_(self.row_factor[block].unsqueeze(-1))
-        gathered = torch.index_select(self.table, 0, self.segment[block], out=blocks.scratch(block, 1))
+    def apply_(self, x: torch.Tensor, block: slice, blocks: RowBlocks, *, scaled: bool = True) -> torch.Tensor:
+        """``x ← x · table[segment] + uniform[segment]`` or ``x · row_factor`` (times α if ``scaled``), in
+        place; NaN stays NaN."""
+        table, uniform, row_factor = (
+            (self.alpha_table, self.alpha_uniform, self.alpha_row_factor) if scaled
+            else (self.table, self.uniform, self.row_factor)
+        )
+        if table is None:
+            return x.mul_(row_factor[block].to(x.dtype).unsqueeze(-1))
+        gathered = torch.index_select(table, 0, self.segment[block], out=blocks.scratch(block, 1))
         x.mul_(gathered)
-        if self.uniform is not None:
-            x.add_(torch.index_select(self.uniform, 0, self.segment[block], out=gathered))
+        if uniform is not None:
+            x.add_(torch.index_select(uniform, 0, self.segment[block], out=gathered))
         return x
 
 
@@ -278,19 +312,3 @@ def _centre_pass_(out, blocks, row_shift):
     for block in blocks:
         sq[block] = row_sum_squares(out[block].addcmul_(blocks.mask(block), row_shift[block].unsqueeze(-1)))
     return sq
-
-
-def _share_stats(shaped, blocks, success, shares):
-    """Float64 (Σ, Σ², max) of the success tokens' shares (before their coefficient), for diagnostics."""
-    batch = shaped.shape[0]
-    row_sum = torch.zeros(batch, dtype=torch.float64, device=shaped.device)
-    row_sq, row_max = row_sum.clone(), row_sum.clone()
-    for block in blocks:
-        share = shares.apply_(blocks.scratch(block, 2).copy_(shaped[block]), block, blocks).nan_to_num_(nan=0.0)
-        row_sum[block] = share.sum(-1).to(torch.float64)
-        row_sq[block] = row_sum_squares(share).to(torch.float64)
-        if share.shape[1]:
-            row_max[block] = share.amax(-1).to(torch.float64)
-    keep = success.to(torch.float64)
-    largest = (row_max * keep).amax() if batch else row_max.new_zeros(())
-    return torch.stack([(row_sum * keep).sum(), (row_sq * keep).sum(), largest.clamp_min(0.0)])

@@ -15,9 +15,7 @@ from typing import ClassVar, Optional
 import torch
 
 from gtpo_verl.algorithms.choices import ENTROPY_SHARES, LENGTH_DENOMINATORS, TOKEN_VARIANTS
-from gtpo_verl.algorithms.groups import row_sum_squares
-from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage
-from gtpo_verl.algorithms.token_shaping import column_share, geometric_share
+from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage, success_share_rows
 from gtpo_verl.plugin.config import ConfigError, choice, number, select, weight
 from gtpo_verl.plugin.estimators.paper_b import PaperBBlock
 from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, EstimatorCall, success_failure
@@ -98,33 +96,19 @@ def _run(block: GTPOTokenConfig, batch: EstimatorBatch):
     )
 
 
-def bonus_shares(call: EstimatorCall) -> torch.Tensor:
-    """The entropy share of every success token ``(S, T)`` (S = the estimator's O+ rows), 0 elsewhere.
-
-    The share the bonus α2·share multiplies (S18 column, S20 geometric), from the equation layer
-    (``algorithms/token_shaping.py``), over the estimator's own O+ and its block's ``entropy_share``.
-    """
-    batch, block, success = call.batch, call.block, call.result.success
-    entropy = batch.entropys[success].to(torch.float32).clamp_min(0.0)
-    members = (batch.response_mask[success] > 0).to(entropy.dtype)
-    if block.entropy_share == "column":
-        return column_share(entropy, members, batch.group_ids[success], batch.num_groups)
-    return geometric_share(entropy, torch.log(entropy + block.epsilon), members)
-
-
 def _metrics(call: EstimatorCall, counts, success, failure, real) -> dict[str, float]:
     """The success tokens' entropy shares (S18): their mean is 1 by conservation; std and max show concentration.
 
-    Masked row reductions over the shares (0 off the tokens), no selected copies.
+    From the fused call's own share tables (``success_share_rows``: one blocked pass), over the real O+ rows.
     """
-    shares = bonus_shares(call)
-    keep = (success & real)[call.result.success].to(torch.float64)  # the real rows among the estimator's O+
-    tokens = float(((call.batch.response_mask[call.result.success] > 0).sum(-1).to(torch.float64) * keep).sum())
+    rows = success_share_rows(call.result, call.batch.response_mask, entropy=call.batch.entropys)
+    keep = (success & real & call.result.success).to(torch.float64)
+    tokens = float((counts.to(torch.float64) * keep).sum())
     if not tokens:
         return {"bonus_share/mean": 0.0, "bonus_share/std": 0.0, "bonus_share/max": 0.0}
-    mean = float((shares.sum(-1).to(torch.float64) * keep).sum()) / tokens
-    second = float((row_sum_squares(shares).to(torch.float64) * keep).sum()) / tokens
-    largest = float((shares.amax(-1).to(torch.float64) * keep).max()) if shares.shape[-1] else 0.0
+    mean = float((rows[:, 0] * keep).sum()) / tokens
+    second = float((rows[:, 1] * keep).sum()) / tokens
+    largest = float((rows[:, 2] * keep).max())
     return {"bonus_share/mean": mean, "bonus_share/std": math.sqrt(max(0.0, second - mean * mean)),
             "bonus_share/max": largest}
 
