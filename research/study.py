@@ -43,28 +43,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 
 import numpy as np
 
+from gtpo_verl.cpu.launch import (
+    DAPO_CLIPS, ESTIMATOR_KNOBS, NO_KL, launch, reward_function, run_sizes, sampled_validation,
+)
 from gtpo_verl.lab.report import family_table
 from gtpo_verl.lab.stats import mean_and_sample_std, min_detectable_effect, pooled_std, std_gap_flags, std_gap_null_rate
 from gtpo_verl.lab.verdicts import ALPHA, BOOTSTRAP_SEED, Claim, drawdown, score_claims
+from gtpo_verl.trainer.metrics_file import read_metrics_file
 from research.exploration_task import DATA_SOURCE, build, write_parquet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASK_FILE = os.path.join(ROOT, "research", "exploration_task.py")
 
-NO_KL = ["algorithm.use_kl_in_reward=false", "actor_rollout_ref.actor.use_kl_loss=false"]
-DAPO_KNOBS = NO_KL + [
-    "actor_rollout_ref.actor.clip_ratio_low=0.2",
-    "actor_rollout_ref.actor.clip_ratio_high=0.28",
-    "actor_rollout_ref.actor.clip_ratio_c=10.0",
-    "algorithm.filter_groups.enable=false",
-]
+# DAPO's clips without its dynamic sampling (on CPU its refill stalls, docs/cpu_demo.md)
+DAPO_KNOBS = DAPO_CLIPS + ["algorithm.filter_groups.enable=false"] + NO_KL
 PAPER_A_KNOBS = NO_KL + [
     "actor_rollout_ref.actor.clip_ratio_low=0.2",
     "actor_rollout_ref.actor.clip_ratio_high=0.2",
@@ -72,29 +69,13 @@ PAPER_A_KNOBS = NO_KL + [
     "actor_rollout_ref.actor.entropy_coeff=0",
 ]
 METHODS = {
-    "DAPO": DAPO_KNOBS + ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
-    "DAPO_TOKEN": DAPO_KNOBS + ["algorithm.adv_estimator=gtpo_token", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
-    "DAPO_SEQ": DAPO_KNOBS
-    + [
-        "algorithm.adv_estimator=grpo_s",
-        "actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s",
-        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
-    ],
+    **{method: DAPO_KNOBS + knobs for method, knobs in ESTIMATOR_KNOBS.items()},
     "GTPO_TRAJ": PAPER_A_KNOBS + ["algorithm.adv_estimator=gtpo_traj", "algorithm.gtpo_traj.preset=official"],
     "GRPO": PAPER_A_KNOBS + ["algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=true"],
     # the two entropy-aware baselines: DAPO + one advantage transform at its paper's defaults (not in the default run)
-    "DAPO_HIGH_ENTROPY": DAPO_KNOBS
-    + [
-        "algorithm.adv_estimator=grpo",
-        "actor_rollout_ref.actor.loss_agg_mode=token-mean",
-        "algorithm.adv_transforms=[{name:high_entropy_tokens,rho:0.2}]",
-    ],
-    "DAPO_ENTROPY_ADV": DAPO_KNOBS
-    + [
-        "algorithm.adv_estimator=grpo",
-        "actor_rollout_ref.actor.loss_agg_mode=token-mean",
-        "algorithm.adv_transforms=[{name:entropy_advantage,alpha:0.4,kappa:2.0}]",
-    ],
+    "DAPO_HIGH_ENTROPY": DAPO_KNOBS + ESTIMATOR_KNOBS["DAPO"] + ["algorithm.adv_transforms=[{name:high_entropy_tokens,rho:0.2}]"],
+    "DAPO_ENTROPY_ADV": DAPO_KNOBS + ESTIMATOR_KNOBS["DAPO"]
+    + ["algorithm.adv_transforms=[{name:entropy_advantage,alpha:0.4,kappa:2.0}]"],
 }
 DEFAULT_METHODS = ("DAPO", "DAPO_TOKEN", "DAPO_SEQ", "GTPO_TRAJ", "GRPO")  # --methods without a value
 # training curves kept per step (name in results.json: verl / gtpo metric)
@@ -136,27 +117,10 @@ def validation_names(val_n: int) -> dict[str, str]:
 def run_overrides(args, method: str, seed: int, run_dir: str) -> list[str]:
     batch, group = args.prompts, args.group
     mini = batch // getattr(args, "mini_batches", 1)  # prompts per optimiser step; ratio leaves 1 after the first
-    return [
-        f"data.train_files={args.out}/data/train.parquet",
-        f"data.val_files={args.out}/data/val.parquet",
-        f"data.train_batch_size={batch}",
-        "data.max_prompt_length=128",
-        "data.max_response_length=16",
-        f"data.seed={seed}",
-        f"actor_rollout_ref.model.path={args.out}/tiny_qwen2",
-        f"actor_rollout_ref.rollout.n={group}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
+    sizes = run_sizes(f"{args.out}/data", f"{args.out}/tiny_qwen2", prompts=batch, group=group, mini_batch=mini, lr=args.lr,
+                      steps=args.steps, seed=seed, micro_batch=mini * group, log_prob_micro_batch=batch * group)
+    return sizes + sampled_validation(args.val_n) + reward_function(TASK_FILE, "compute_score") + [
         "actor_rollout_ref.actor.ppo_epochs=1",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={mini * group}",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={batch * group}",
-        f"actor_rollout_ref.actor.optim.lr={args.lr}",
-        "actor_rollout_ref.rollout.temperature=1.0",
-        f"actor_rollout_ref.rollout.val_kwargs.n={args.val_n}",
-        "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
-        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
-        f"reward.custom_reward_function.path={TASK_FILE}",
-        "reward.custom_reward_function.name=compute_score",
-        f"trainer.total_training_steps={args.steps}",
         "trainer.val_before_train=true",
         f"trainer.test_freq={min(args.test_freq, args.steps)}",
         "trainer.logger=[console,file,wandb]" if args.wandb else "trainer.logger=[console,file]",
@@ -165,44 +129,8 @@ def run_overrides(args, method: str, seed: int, run_dir: str) -> list[str]:
         f"trainer.default_local_dir={run_dir}/checkpoints",
         "trainer.save_freq=-1",
         "trainer.resume_mode=disable",
-        f"actor_rollout_ref.actor.data_loader_seed={seed}",
-        f"actor_rollout_ref.rollout.seed={seed}",
         *METHODS[method],
     ]
-
-
-def launch(overrides: list[str], log_path: str, metrics_path: str, wandb_dir: str, timeout: int) -> tuple[int, float]:
-    env = dict(
-        os.environ, VERL_FILE_LOGGER_PATH=metrics_path, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false",
-        WANDB_MODE="offline", WANDB_DIR=wandb_dir, WANDB_SILENT="true",
-    )
-    cmd = [sys.executable, "-m", "gtpo_verl.main", "--config-name", "gtpo_trainer_cpu", *overrides]
-    if os.path.exists(metrics_path):
-        os.remove(metrics_path)  # the file logger appends
-    start = time.time()
-    with open(log_path, "w") as log:
-        log.write(" ".join(cmd) + "\n")
-        log.flush()
-        # own session: a timeout kills the driver and the local Ray cluster it started, nothing else
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            rc = 124
-    return rc, time.time() - start
-
-
-def read_metrics(path: str) -> dict[int, dict]:
-    """verl's file logger (one JSON line per log call) → {step: merged metrics}."""
-    steps: dict[int, dict] = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                row = json.loads(line)
-                steps.setdefault(int(row["step"]), {}).update(row["data"])
-    return steps
 
 
 def run_record(steps: dict[int, dict], val_n: int) -> dict:
@@ -464,7 +392,7 @@ def aggregate(args, launches: dict) -> dict:
     for method in args.methods:
         for seed in args.seeds:
             run_dir = os.path.join(args.out, method, f"seed{seed}")
-            steps = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+            steps = read_metrics_file(os.path.join(run_dir, "metrics.jsonl")).steps
             if steps:
                 record = run_record(steps, args.val_n)
                 record.update(launches.get((method, seed), {}))
@@ -507,8 +435,12 @@ def rescore(path: str, figures: bool = False) -> dict:
 def _launch_run(args, method: str, seed: int) -> tuple[int, float]:
     run_dir = os.path.join(args.out, method, f"seed{seed}")
     os.makedirs(run_dir, exist_ok=True)
-    rc, wall = launch(run_overrides(args, method, seed, run_dir), os.path.join(run_dir, "train.log"),
-                      os.path.join(run_dir, "metrics.jsonl"), os.path.join(args.out, "wandb"), args.timeout)
+    log_path, metrics_path = os.path.join(run_dir, "train.log"), os.path.join(run_dir, "metrics.jsonl")
+    for stale in (log_path, metrics_path):  # a fresh launch: nothing of an earlier one in its files
+        if os.path.exists(stale):
+            os.remove(stale)
+    wandb = {"WANDB_MODE": "offline", "WANDB_DIR": os.path.join(args.out, "wandb"), "WANDB_SILENT": "true"}
+    rc, wall = launch(run_overrides(args, method, seed, run_dir), log_path, metrics_path, args.timeout, cwd=ROOT, env_extra=wandb)
     print(f"{method} seed {seed}: exit {rc} in {wall:.0f} s", flush=True)
     return rc, wall
 

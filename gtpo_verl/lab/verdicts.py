@@ -35,8 +35,9 @@ Families, each Holm-corrected on its own (per task rows pooled over the study's 
 
 The last three are two-sided, reported as ``higher`` / ``lower`` / ``no difference detected``.
 Test: exact Wilcoxon signed-rank on continuous endpoints, exact sign test on 0/1 indicators (its p
-alongside on every row). Each row carries the paired mean difference, its seeded bootstrap 95 % interval, the smallest p its
-exact test could reach with its pairs, and the seeds a z approximation says 80 % power needs at
+alongside on every row). Each row carries the paired mean difference, its seeded bootstrap 95 %
+interval, the smallest p its exact test could reach with its pairs, and the seeds a z
+approximation says 80 % power needs at
 Holm's strictest threshold α/m of its family (never fewer than the exact test needs to get there;
 None where the observed effect is 0).
 """

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from gtpo_verl.trainer.metrics_file import read_metrics_file
 from research import exploration_task as task
 from support.paths import FIXTURES
 
@@ -65,7 +66,7 @@ def test_study_aggregates_a_real_cpu_run():
     paths = sorted(p for p in os.listdir(RUN_METRICS) if p.endswith(".jsonl"))
     assert paths
     for name in paths:
-        steps = study.read_metrics(os.path.join(RUN_METRICS, name))
+        steps = read_metrics_file(os.path.join(RUN_METRICS, name)).steps  # how the study reads a run
         record = study.run_record(steps, 16)
         val, train = record["validation"], record["train"]
         assert val["step"][0] == 0 and len(val["step"]) >= 2  # before training, then at the end
@@ -86,8 +87,8 @@ def test_study_records_the_delta_filter_and_clip_fractions():
     """The optional per-step curves: gtpo/delta/filtered_frac (gtpo_traj only) and every actor/*clipfrac*."""
     from research import study
 
-    traj = study.run_record(study.read_metrics(os.path.join(RUN_METRICS, "GTPO_TRAJ_seed0.jsonl")), 16)["train"]
-    seq = study.run_record(study.read_metrics(os.path.join(RUN_METRICS, "DAPO_SEQ_seed0.jsonl")), 16)["train"]
+    traj = study.run_record(read_metrics_file(os.path.join(RUN_METRICS, "GTPO_TRAJ_seed0.jsonl")).steps, 16)["train"]
+    seq = study.run_record(read_metrics_file(os.path.join(RUN_METRICS, "DAPO_SEQ_seed0.jsonl")).steps, 16)["train"]
     assert traj["delta_filtered_frac"] == pytest.approx([0.984375, 0.921875])
     assert "delta_filtered_frac" not in seq  # not logged by grpo_s: no column of Nones
     for train in (traj, seq):
