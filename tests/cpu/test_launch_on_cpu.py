@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 import gtpo_verl
 from gtpo_verl.cpu.launch import TIMED_OUT, launch, run_sizes, sampled_validation, trainer_command
 from support.paths import REPO_ROOT
+from support.run_files import write_run_files
 
 CONFIG_DIR = os.path.join(os.path.dirname(gtpo_verl.__file__), "config")
 DEMO = str(REPO_ROOT / "examples" / "cpu_demo")
@@ -22,14 +23,7 @@ DEMO = str(REPO_ROOT / "examples" / "cpu_demo")
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     """A valid dry run's overrides: sized by run_sizes over a real parquet file and a model folder."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    root = tmp_path_factory.mktemp("launch")
-    (root / "model").mkdir()
-    (root / "model" / "config.json").write_text("{}")
-    pq.write_table(pa.table({"prompt": [f"p{i}" for i in range(8)]}), root / "train.parquet")
-    pq.write_table(pa.table({"prompt": [f"p{i}" for i in range(8)]}), root / "val.parquet")
+    root = write_run_files(tmp_path_factory.mktemp("launch"), train_rows=8, val_rows=8)
     sizes = run_sizes(str(root), str(root / "model"), prompts=4, group=4, mini_batch=4, lr=1e-3, steps=2, seed=0,
                       micro_batch=16, log_prob_micro_batch=16)
     return root, sizes + ["algorithm.adv_estimator=grpo", f"trainer.default_local_dir={root / 'ckpt'}", "gtpo.dry_run=true"]
