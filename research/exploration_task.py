@@ -90,52 +90,15 @@ def formatted_response(rng: random.Random) -> str:
     return f"<reasoning>{thought}</reasoning><answer>{digit}</answer>"
 
 
-def _prompt_ids(tokenizer, text: str) -> list[int]:
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
-    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # BatchEncoding in transformers 5
-
-
-def warm_start(path: str, steps: int = 200, batch: int = 32, lr: float = 3e-3, seed: int = 0) -> float:
-    """Teacher-forced training on (prompt, random-digit formatted response); returns the last loss."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
-    pool = [text for text, _ in problems(256, seed + 1)]
-    model.train()
-    loss_value = float("nan")
-    for _ in range(steps):
-        inputs, labels = [], []
-        for _ in range(batch):
-            prompt_ids = _prompt_ids(tokenizer, rng.choice(pool))
-            answer_ids = tokenizer.encode(formatted_response(rng)) + [tokenizer.eos_token_id]
-            inputs.append(prompt_ids + answer_ids)
-            labels.append([-100] * len(prompt_ids) + answer_ids)
-        width = max(map(len, inputs))
-        ids = torch.tensor([x + [tokenizer.pad_token_id] * (width - len(x)) for x in inputs])
-        lab = torch.tensor([y + [-100] * (width - len(y)) for y in labels])
-        attention = (torch.arange(width)[None] < torch.tensor([len(x) for x in inputs])[:, None]).long()
-        loss = model(input_ids=ids, attention_mask=attention, labels=lab).loss
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad()
-        loss_value = float(loss.detach())
-    model.save_pretrained(path, safe_serialization=True)
-    return loss_value
-
-
 def build(out_dir: str, seed: int = 0) -> str:
-    """Tiny Qwen2 (2 layers, hidden 128) + byte tokenizer with the tags, warm-started; returns ``out_dir``."""
-    from gtpo_verl.cpu.tiny_model import build_tiny_qwen2
+    """Tiny Qwen2 (2 layers, hidden 128) + byte tokenizer with the tags, warm-started (200 steps, lr 3e-3
+    annealed by cosine) on (prompt, prior-digit response) pairs; returns ``out_dir``."""
+    from gtpo_verl.cpu.tiny_model import build_tiny_qwen2, warm_start
 
     build_tiny_qwen2(out_dir, extra_tokens=TAGS, seed=seed)
-    print(f"warm-start loss {warm_start(out_dir, seed=seed):.3f}; model in {out_dir}")
+    pool = [text for text, _ in problems(256, seed + 1)]
+    loss = warm_start(out_dir, pool, formatted_response, steps=200, lr=3e-3, seed=seed, cosine=True)
+    print(f"warm-start loss {loss:.3f}; model in {out_dir}")
     return out_dir
 
 
@@ -146,13 +109,14 @@ def measure(model_dir: str, count: int = 32, samples: int = 16, seed: int = 1, m
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from gtpo_verl.algorithms.pass_at_k import pass_at_k, pass_ks
+    from gtpo_verl.cpu.tiny_model import chat_prompt_ids
 
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
     correct, formatted, nine = [], 0, 0
     for text, answer in problems(count, seed):  # the study's val.parquet uses the same seed
-        ids = torch.tensor([_prompt_ids(tokenizer, text)])
+        ids = torch.tensor([chat_prompt_ids(tokenizer, text)])
         with torch.no_grad():
             out = model.generate(
                 ids, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,

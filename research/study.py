@@ -32,7 +32,7 @@ Writes OUT/results.json (per method and seed: per-step training reward, ``actor/
 ``gtpo/entropy/batch_mean`` (token-mean, the one entropy comparable across loss_agg_modes),
 response length and, when logged, ``gtpo/delta/filtered_frac``, ``actor/ppo_kl`` and every
 ``actor/*clipfrac*``; per validation point mean@n, unbiased pass@k, maj@n; a per-method summary,
-mean ± sample std (ddof = 1) over seeds; paired per-claim verdicts, see ``verdicts``),
+mean ± sample std (ddof = 1) over seeds; paired per-claim verdicts by the lab's rule, see ``scored_claims``),
 OUT/table.md, OUT/verdicts.md, OUT/figures.png (mean ± sample std over seeds) and offline wandb
 runs in OUT/wandb (``wandb sync OUT/wandb/wandb/offline-run-*``). ``--rescore results.json``
 recomputes summary, table and verdicts from a results.json's curves alone.
@@ -42,27 +42,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import signal
-import subprocess
 import sys
 import time
 
 import numpy as np
 
+from gtpo_verl.cpu.launch import (
+    DAPO_CLIPS, ESTIMATOR_KNOBS, NO_KL, launch, reward_function, run_sizes, sampled_validation,
+)
+from gtpo_verl.lab.report import family_table
+from gtpo_verl.lab.stats import mean_and_sample_std, min_detectable_effect, pooled_std, std_gap_flags, std_gap_null_rate
+from gtpo_verl.lab.verdicts import ALPHA, BOOTSTRAP_SEED, Claim, drawdown, score_claims
+from gtpo_verl.trainer.metrics_file import read_metrics_file
 from research.exploration_task import DATA_SOURCE, build, write_parquet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASK_FILE = os.path.join(ROOT, "research", "exploration_task.py")
 
-NO_KL = ["algorithm.use_kl_in_reward=false", "actor_rollout_ref.actor.use_kl_loss=false"]
-DAPO_KNOBS = NO_KL + [
-    "actor_rollout_ref.actor.clip_ratio_low=0.2",
-    "actor_rollout_ref.actor.clip_ratio_high=0.28",
-    "actor_rollout_ref.actor.clip_ratio_c=10.0",
-    "algorithm.filter_groups.enable=false",
-]
+# DAPO's clips without its dynamic sampling (on CPU its refill stalls, docs/cpu_demo.md)
+DAPO_KNOBS = DAPO_CLIPS + ["algorithm.filter_groups.enable=false"] + NO_KL
 PAPER_A_KNOBS = NO_KL + [
     "actor_rollout_ref.actor.clip_ratio_low=0.2",
     "actor_rollout_ref.actor.clip_ratio_high=0.2",
@@ -70,29 +69,13 @@ PAPER_A_KNOBS = NO_KL + [
     "actor_rollout_ref.actor.entropy_coeff=0",
 ]
 METHODS = {
-    "DAPO": DAPO_KNOBS + ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
-    "DAPO_TOKEN": DAPO_KNOBS + ["algorithm.adv_estimator=gtpo_token", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
-    "DAPO_SEQ": DAPO_KNOBS
-    + [
-        "algorithm.adv_estimator=grpo_s",
-        "actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s",
-        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
-    ],
+    **{method: DAPO_KNOBS + knobs for method, knobs in ESTIMATOR_KNOBS.items()},
     "GTPO_TRAJ": PAPER_A_KNOBS + ["algorithm.adv_estimator=gtpo_traj", "algorithm.gtpo_traj.preset=official"],
     "GRPO": PAPER_A_KNOBS + ["algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=true"],
     # the two entropy-aware baselines: DAPO + one advantage transform at its paper's defaults (not in the default run)
-    "DAPO_HIGH_ENTROPY": DAPO_KNOBS
-    + [
-        "algorithm.adv_estimator=grpo",
-        "actor_rollout_ref.actor.loss_agg_mode=token-mean",
-        "algorithm.adv_transforms=[{name:high_entropy_tokens,rho:0.2}]",
-    ],
-    "DAPO_ENTROPY_ADV": DAPO_KNOBS
-    + [
-        "algorithm.adv_estimator=grpo",
-        "actor_rollout_ref.actor.loss_agg_mode=token-mean",
-        "algorithm.adv_transforms=[{name:entropy_advantage,alpha:0.4,kappa:2.0}]",
-    ],
+    "DAPO_HIGH_ENTROPY": DAPO_KNOBS + ESTIMATOR_KNOBS["DAPO"] + ["algorithm.adv_transforms=[{name:high_entropy_tokens,rho:0.2}]"],
+    "DAPO_ENTROPY_ADV": DAPO_KNOBS + ESTIMATOR_KNOBS["DAPO"]
+    + ["algorithm.adv_transforms=[{name:entropy_advantage,alpha:0.4,kappa:2.0}]"],
 }
 DEFAULT_METHODS = ("DAPO", "DAPO_TOKEN", "DAPO_SEQ", "GTPO_TRAJ", "GRPO")  # --methods without a value
 # training curves kept per step (name in results.json: verl / gtpo metric)
@@ -134,27 +117,10 @@ def validation_names(val_n: int) -> dict[str, str]:
 def run_overrides(args, method: str, seed: int, run_dir: str) -> list[str]:
     batch, group = args.prompts, args.group
     mini = batch // getattr(args, "mini_batches", 1)  # prompts per optimiser step; ratio leaves 1 after the first
-    return [
-        f"data.train_files={args.out}/data/train.parquet",
-        f"data.val_files={args.out}/data/val.parquet",
-        f"data.train_batch_size={batch}",
-        "data.max_prompt_length=128",
-        "data.max_response_length=16",
-        f"data.seed={seed}",
-        f"actor_rollout_ref.model.path={args.out}/tiny_qwen2",
-        f"actor_rollout_ref.rollout.n={group}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
+    sizes = run_sizes(f"{args.out}/data", f"{args.out}/tiny_qwen2", prompts=batch, group=group, mini_batch=mini, lr=args.lr,
+                      steps=args.steps, seed=seed, micro_batch=mini * group, log_prob_micro_batch=batch * group)
+    return sizes + sampled_validation(args.val_n) + reward_function(TASK_FILE, "compute_score") + [
         "actor_rollout_ref.actor.ppo_epochs=1",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={mini * group}",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={batch * group}",
-        f"actor_rollout_ref.actor.optim.lr={args.lr}",
-        "actor_rollout_ref.rollout.temperature=1.0",
-        f"actor_rollout_ref.rollout.val_kwargs.n={args.val_n}",
-        "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
-        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
-        f"reward.custom_reward_function.path={TASK_FILE}",
-        "reward.custom_reward_function.name=compute_score",
-        f"trainer.total_training_steps={args.steps}",
         "trainer.val_before_train=true",
         f"trainer.test_freq={min(args.test_freq, args.steps)}",
         "trainer.logger=[console,file,wandb]" if args.wandb else "trainer.logger=[console,file]",
@@ -163,44 +129,8 @@ def run_overrides(args, method: str, seed: int, run_dir: str) -> list[str]:
         f"trainer.default_local_dir={run_dir}/checkpoints",
         "trainer.save_freq=-1",
         "trainer.resume_mode=disable",
-        f"actor_rollout_ref.actor.data_loader_seed={seed}",
-        f"actor_rollout_ref.rollout.seed={seed}",
         *METHODS[method],
     ]
-
-
-def launch(overrides: list[str], log_path: str, metrics_path: str, wandb_dir: str, timeout: int) -> tuple[int, float]:
-    env = dict(
-        os.environ, VERL_FILE_LOGGER_PATH=metrics_path, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false",
-        WANDB_MODE="offline", WANDB_DIR=wandb_dir, WANDB_SILENT="true",
-    )
-    cmd = [sys.executable, "-m", "gtpo_verl.main", "--config-name", "gtpo_trainer_cpu", *overrides]
-    if os.path.exists(metrics_path):
-        os.remove(metrics_path)  # the file logger appends
-    start = time.time()
-    with open(log_path, "w") as log:
-        log.write(" ".join(cmd) + "\n")
-        log.flush()
-        # own session: a timeout kills the driver and the local Ray cluster it started, nothing else
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            rc = 124
-    return rc, time.time() - start
-
-
-def read_metrics(path: str) -> dict[int, dict]:
-    """verl's file logger (one JSON line per log call) → {step: merged metrics}."""
-    steps: dict[int, dict] = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                row = json.loads(line)
-                steps.setdefault(int(row["step"]), {}).update(row["data"])
-    return steps
 
 
 def run_record(steps: dict[int, dict], val_n: int) -> dict:
@@ -224,20 +154,11 @@ def run_record(steps: dict[int, dict], val_n: int) -> dict:
     return {"train": train, "validation": validation}
 
 
-def _mean_std(values: list[float]) -> dict:
-    """Mean and the sample standard deviation (ddof = 1) over seeds; std is None for one seed."""
-    values = [v for v in values if v is not None and math.isfinite(v)]
-    if not values:
-        return {"mean": None, "std": None, "seeds": 0}
-    std = float(np.std(values, ddof=1)) if len(values) > 1 else None
-    return {"mean": float(np.mean(values)), "std": std, "seeds": len(values)}
-
-
 def run_endpoints(record: dict, val_n: int) -> dict[str, float]:
-    """One run's endpoints (the per-seed numbers the summary averages and the verdicts pair): step-0,
+    """One run's endpoints (the per-seed numbers the summary averages and the claims pair): step-0,
     final and best validation pass@1 / pass@n / maj@n; each training curve's mean over the first and
-    the last 20 % of steps; the training reward's step-to-step std; the largest fall of validation
-    pass@1 below its best so far."""
+    the last 20 % of steps and its change between them; the training reward's step-to-step std; the
+    largest fall of validation pass@1 below its best so far."""
     val, train = record["validation"], record["train"]
     out: dict[str, float] = {}
     for k in ("pass@1", f"pass@{val_n}", f"maj@{val_n}"):
@@ -252,12 +173,13 @@ def run_endpoints(record: dict, val_n: int) -> dict[str, float]:
             out[f"{name} first 20%"] = float(np.mean(series[:tail]))
             out[f"{name} last 20%"] = float(np.mean(series[-tail:]))
             out[f"{name} mean"] = float(np.mean(series))
+            out[f"{name} change"] = out[f"{name} last 20%"] - out[f"{name} first 20%"]
     reward = [v for v in train.get("reward", []) if v is not None]
     if len(reward) > 2:  # steadiness: how much the training reward jumps from one step to the next
         out["reward step-to-step std"] = float(np.std(np.diff(reward), ddof=1))
     pass1 = [v for v in val.get("pass@1", []) if v is not None]
     if pass1:  # the largest fall of validation pass@1 below its best so far
-        out["pass@1 drawdown"] = float(max(b - v for b, v in zip(np.maximum.accumulate(pass1), pass1)))
+        out["pass@1 drawdown"] = drawdown(pass1)
     return out
 
 
@@ -269,122 +191,40 @@ def summarize(runs: dict, val_n: int) -> dict:
         for record in seeds.values():
             for name, value in run_endpoints(record, val_n).items():
                 cols.setdefault(name, []).append(value)
-        summary[method] = {name: _mean_std(values) for name, values in cols.items()}
+        summary[method] = {name: mean_and_sample_std(values) for name, values in cols.items()}
     return summary
 
 
-# ---- verdicts: paired tests on per-seed endpoints, fixed before reading the numbers ----------------------
-# (paper, claim, method, baseline, endpoint, claimed sign of method − baseline)
+# ---- claims: scored by the lab's rule (gtpo_verl/lab/verdicts.py) on per-seed endpoints, fixed before reading the numbers
+# (id, paper, claim, method, baseline, endpoint, claimed sign of method − baseline); {n} is --val-n
 CLAIMS = [
-    ("B", "entropy rises under GTPO (vs DAPO)", "DAPO_TOKEN", "DAPO", "token_mean_entropy last 20%", +1),
-    ("B", "entropy rises under GRPO-S (vs DAPO)", "DAPO_SEQ", "DAPO", "token_mean_entropy last 20%", +1),
-    ("B", "response length rises under GTPO (vs DAPO)", "DAPO_TOKEN", "DAPO", "response_length last 20%", +1),
-    ("B", "response length rises under GRPO-S (vs DAPO)", "DAPO_SEQ", "DAPO", "response_length last 20%", +1),
-    ("B", "pass@k improves under GTPO (vs DAPO)", "DAPO_TOKEN", "DAPO", "final pass@{n}", +1),
-    ("B", "pass@k improves under GRPO-S (vs DAPO)", "DAPO_SEQ", "DAPO", "final pass@{n}", +1),
-    ("A", "no rising-entropy collapse: entropy rises less than GRPO's", "GTPO_TRAJ", "GRPO",
+    ("B-entropy-token", "B", "entropy rises under GTPO (vs DAPO)", "DAPO_TOKEN", "DAPO", "token_mean_entropy last 20%", +1),
+    ("B-entropy-seq", "B", "entropy rises under GRPO-S (vs DAPO)", "DAPO_SEQ", "DAPO", "token_mean_entropy last 20%", +1),
+    ("B-length-token", "B", "response length rises under GTPO (vs DAPO)", "DAPO_TOKEN", "DAPO", "response_length last 20%", +1),
+    ("B-length-seq", "B", "response length rises under GRPO-S (vs DAPO)", "DAPO_SEQ", "DAPO", "response_length last 20%", +1),
+    ("B-passk-token", "B", "pass@k improves under GTPO (vs DAPO)", "DAPO_TOKEN", "DAPO", "final pass@{n}", +1),
+    ("B-passk-seq", "B", "pass@k improves under GRPO-S (vs DAPO)", "DAPO_SEQ", "DAPO", "final pass@{n}", +1),
+    ("A-no-collapse", "A", "no rising-entropy collapse: entropy rises less than GRPO's", "GTPO_TRAJ", "GRPO",
      "token_mean_entropy change", -1),
-    ("A", "steadier than GRPO: smaller reward step-to-step std", "GTPO_TRAJ", "GRPO", "reward step-to-step std", -1),
-    ("A", "steadier than GRPO: smaller pass@1 drawdown", "GTPO_TRAJ", "GRPO", "pass@1 drawdown", -1),
-    ("A", "at least as good as GRPO: final pass@1", "GTPO_TRAJ", "GRPO", "final pass@1", +1),
-    ("A", "at least as good as GRPO: training reward, last 20 %", "GTPO_TRAJ", "GRPO", "reward last 20%", +1),
+    ("A-steady-reward", "A", "steadier than GRPO: smaller reward step-to-step std", "GTPO_TRAJ", "GRPO",
+     "reward step-to-step std", -1),
+    ("A-steady-pass1", "A", "steadier than GRPO: smaller pass@1 drawdown", "GTPO_TRAJ", "GRPO", "pass@1 drawdown", -1),
+    ("A-pass1", "A", "at least as good as GRPO: final pass@1", "GTPO_TRAJ", "GRPO", "final pass@1", +1),
+    ("A-reward", "A", "at least as good as GRPO: training reward, last 20 %", "GTPO_TRAJ", "GRPO", "reward last 20%", +1),
 ]
-ALPHA, POWER, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED = 0.05, 0.8, 10_000, 0
+TASK = DATA_SOURCE.split("/")[-1]  # the task column of the claim rows
 
 
-def _endpoint(ends: dict[str, float], name: str) -> float | None:
-    if name.endswith(" change"):  # last 20 % − first 20 % of a training curve
-        curve = name[: -len(" change")]
-        if f"{curve} last 20%" in ends and f"{curve} first 20%" in ends:
-            return ends[f"{curve} last 20%"] - ends[f"{curve} first 20%"]
-        return None
-    return ends.get(name)
+def study_claims(val_n: int) -> list[Claim]:
+    """CLAIMS as the lab's ``Claim`` rows, the pass@k endpoint at ``val_n``."""
+    return [Claim(cid, paper, text, method, baseline, endpoint.format(n=val_n), sign)
+            for cid, paper, text, method, baseline, endpoint, sign in CLAIMS]
 
 
-def sign_test_p(diffs: list[float]) -> float:
-    """Exact two-sided sign test (zero differences dropped)."""
-    nonzero = [d for d in diffs if d != 0]
-    n, pos = len(nonzero), sum(d > 0 for d in nonzero)
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, k) for k in range(0, min(pos, n - pos) + 1)) / 2**n
-    return min(1.0, 2 * tail)
-
-
-def wilcoxon_p(diffs: list[float]) -> float:
-    """Exact two-sided Wilcoxon signed-rank test by enumerating all 2^n sign patterns (zeros dropped,
-    tied |differences| get their average rank)."""
-    nonzero = [d for d in diffs if d != 0]
-    n = len(nonzero)
-    if n == 0:
-        return 1.0
-    order = sorted(range(n), key=lambda i: abs(nonzero[i]))
-    ranks = [0.0] * n
-    i = 0
-    while i < n:  # average ranks over ties
-        j = i
-        while j + 1 < n and abs(nonzero[order[j + 1]]) == abs(nonzero[order[i]]):
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    total = sum(ranks)
-    observed = sum(r for r, d in zip(ranks, nonzero) if d > 0)
-    extreme = abs(observed - total / 2) - 1e-12
-    count = 0
-    for mask in range(2**n):
-        w = sum(r for b, r in enumerate(ranks) if mask >> b & 1)
-        count += abs(w - total / 2) >= extreme
-    return count / 2**n
-
-
-def smallest_p(n: int) -> float:
-    """The smallest two-sided p either exact test can give with n paired seeds (all signs alike)."""
-    return min(1.0, 2 / 2**n) if n else 1.0
-
-
-def bootstrap_ci(diffs: list[float], seed: int = BOOTSTRAP_SEED, resamples: int = BOOTSTRAP_RESAMPLES):
-    """Percentile 95 % interval of the mean paired difference, resampling seeds with replacement."""
-    if not diffs:
-        return None, None
-    rng = np.random.default_rng(seed)
-    values = np.asarray(diffs, dtype=float)
-    means = values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
-
-
-def pooled_seed_std(runs: dict, val_n: int, endpoint: str) -> float | None:
-    """Within-method sample std of an endpoint across seeds, pooled over methods (the seed spread)."""
-    num = dof = 0.0
-    for seeds in runs.values():
-        values = [v for v in (_endpoint(run_endpoints(r, val_n), endpoint) for r in seeds.values()) if v is not None]
-        if len(values) > 1:
-            num += float(np.var(values, ddof=1)) * (len(values) - 1)
-            dof += len(values) - 1
-    return math.sqrt(num / dof) if dof else None
-
-
-def min_detectable_effect(sigma: float, seeds: int, alpha: float = ALPHA, power: float = POWER) -> float:
-    """Normal-approximation smallest difference of two means over ``seeds`` seeds each (seed spread
-    ``sigma``) found at two-sided ``alpha`` with ``power``: (z_{1-α/2} + z_power)·σ·√(2/seeds). A lower
-    bound: the exact rank tests cannot reach α = 0.05 at all with fewer than 6 seeds."""
-    from statistics import NormalDist
-
-    z = NormalDist().inv_cdf
-    return (z(1 - alpha / 2) + z(power)) * sigma * math.sqrt(2 / seeds)
-
-
-def old_rule(a: list[float], b: list[float], ddof: int = 0) -> bool:
-    """The earlier rule: a difference 'counts' when |mean a − mean b| > std a + std b."""
-    return abs(np.mean(a) - np.mean(b)) > float(np.std(a, ddof=ddof)) + float(np.std(b, ddof=ddof))
-
-
-def old_rule_null_rate(seeds: int = 3, draws: int = 200_000, seed: int = 0, ddof: int = 0) -> float:
-    """How often the earlier rule flags two methods with no difference at all (normal seeds)."""
-    rng = np.random.default_rng(seed)
-    a, b = rng.standard_normal((2, draws, seeds))
-    gap = np.abs(a.mean(1) - b.mean(1))
-    return float(np.mean(gap > a.std(1, ddof=ddof) + b.std(1, ddof=ddof)))
+def endpoint_table(runs: dict, val_n: int) -> dict:
+    """``{(TASK, method): {seed: endpoints}}``, the lab's form for ``score_claims``."""
+    return {(TASK, method): {seed: run_endpoints(record, val_n) for seed, record in seeds.items()}
+            for method, seeds in runs.items()}
 
 
 ENTROPY_LOSS = 1 / 3  # "lost a third of its entropy": 1 − last 20 % / first 20 % ≥ this (token-mean entropy)
@@ -426,67 +266,40 @@ def run_signatures(runs: dict, val_n: int) -> dict:
     return out
 
 
-def verdicts(runs: dict, val_n: int) -> dict:
-    """Every claim in CLAIMS scored by the fixed rule: per-seed endpoints paired by seed, exact two-sided
-    Wilcoxon signed-rank test (and the sign test), mean paired difference with a seeded bootstrap 95 %
-    interval, and the minimum detectable effect at 80 % power for this many seeds. Plus the earlier
-    rule's behaviour on the step-0 pass@1 pairs (same model, no update)."""
-    rows = []
-    for paper, claim, method, baseline, endpoint, sign in CLAIMS:
-        endpoint = endpoint.format(n=val_n)
-        if method not in runs or baseline not in runs:
-            continue
-        paired = sorted(set(runs[method]) & set(runs[baseline]), key=int)
-        per_seed = {}
-        for s in paired:
-            x = _endpoint(run_endpoints(runs[method][s], val_n), endpoint)
-            y = _endpoint(run_endpoints(runs[baseline][s], val_n), endpoint)
-            if x is not None and y is not None:
-                per_seed[s] = (x, y, x - y)
-        diffs = [d for _, _, d in per_seed.values()]
-        low, high = bootstrap_ci(diffs)
-        sigma = pooled_seed_std(runs, val_n, endpoint)
-        n = len(diffs)
-        p = wilcoxon_p(diffs)
-        agree = sum(d * sign > 0 for d in diffs)
-        against = sum(d * sign < 0 for d in diffs)
-        if n and p <= ALPHA:
-            verdict = "reproduced" if agree > against else "not reproduced"
-        else:
-            verdict = "inconclusive"
-        rows.append({
-            "paper": paper, "claim": claim, "method": method, "baseline": baseline, "endpoint": endpoint,
-            "claimed_sign": sign, "seeds": n,
-            "per_seed": {s: {"method": x, "baseline": y, "difference": d} for s, (x, y, d) in per_seed.items()},
-            "mean_difference": float(np.mean(diffs)) if diffs else None,
-            "bootstrap_95": [low, high], "wilcoxon_p": p, "sign_test_p": sign_test_p(diffs),
-            "seeds_as_claimed": agree, "seeds_against": against, "smallest_attainable_p": smallest_p(n),
-            "seed_std": sigma, "mde_80": min_detectable_effect(sigma, n) if sigma is not None and n else None,
-            "verdict": verdict,
-        })
-    p = len(rows)
-    ordered = sorted(range(p), key=lambda i: rows[i]["wilcoxon_p"])
-    running = 0.0
-    for rank, i in enumerate(ordered):  # Holm step-down adjusted p
-        running = max(running, min(1.0, (p - rank) * rows[i]["wilcoxon_p"]))
-        rows[i]["holm_p"] = running
-    step0 = {m: [v for v in (run_endpoints(r, val_n).get("step-0 pass@1") for r in s.values()) if v is not None]
-             for m, s in runs.items()}
+def scored_claims(runs: dict, val_n: int) -> dict:
+    """Every claim in CLAIMS scored by the lab's rule (``gtpo_verl.lab.verdicts.score_claims``): per-seed
+    endpoints paired by seed, zero differences dropped, the exact two-sided Wilcoxon signed-rank test (the
+    sign test alongside), Holm across the claims, the mean paired difference with a seeded bootstrap 95 %
+    interval. Each row adds the per-seed values and the minimum detectable effect at 80 % power from the
+    seed spread of its endpoint pooled over methods. Plus the std-gap rule's flags on the step-0 pass@1
+    pairs (same model, no update) and its rate on no difference."""
+    table = endpoint_table(runs, val_n)
+    rows = score_claims(table, [TASK], study_claims(val_n))
+    for row in rows:
+        method, baseline, endpoint = table[TASK, row["method"]], table[TASK, row["baseline"]], row["endpoint"]
+        row["per_seed"] = {s: {"method": method[s][endpoint], "baseline": baseline[s][endpoint],
+                               "difference": method[s][endpoint] - baseline[s][endpoint]} for s in row["paired_seeds"]}
+        sigma = pooled_std([[e[endpoint] for e in seeds.values() if endpoint in e] for seeds in table.values()])
+        row["seed_std"] = sigma
+        row["mde_80"] = min_detectable_effect(sigma, row["seeds"], alpha=ALPHA) if sigma is not None else None
+    step0 = {m: [e["step-0 pass@1"] for e in seeds.values() if "step-0 pass@1" in e] for (_, m), seeds in table.items()}
     methods = [m for m in runs if len(step0[m]) > 1]
     pairs = [(a, b) for i, a in enumerate(methods) for b in methods[i + 1:]]
     seeds = max((len(s) for s in runs.values()), default=0)
     return {
         "runs": run_signatures(runs, val_n),
-        "rule": "per-seed endpoints paired by seed; exact two-sided Wilcoxon signed-rank (sign test alongside), "
-                f"alpha {ALPHA}, Holm across claims; mean paired difference with a {BOOTSTRAP_RESAMPLES}-resample "
-                f"seeded (seed {BOOTSTRAP_SEED}) percentile bootstrap 95 % interval; MDE at {POWER:.0%} power",
+        "rule": "the lab's rule (gtpo_verl/lab/verdicts.py): per-seed endpoints paired by seed, zero differences "
+                "dropped; exact two-sided Wilcoxon signed-rank (sign test alongside); Holm across the claims; supported "
+                f"or contradicted (by the sign of the mean paired difference) when Holm p < {ALPHA}, else inconclusive; "
+                f"mean paired difference with a seeded (seed {BOOTSTRAP_SEED}) percentile bootstrap 95 % interval; "
+                "MDE at 80 % power from the pooled seed std",
         "claims": rows,
-        "old_rule_step0_pass1": {
+        "std_gap_rule_step0_pass1": {
             "pairs": len(pairs),
-            "flagged_population_std": [f"{a}/{b}" for a, b in pairs if old_rule(step0[a], step0[b], 0)],
-            "flagged_sample_std": [f"{a}/{b}" for a, b in pairs if old_rule(step0[a], step0[b], 1)],
-            "null_rate_population_std": old_rule_null_rate(seeds, ddof=0) if seeds > 1 else None,
-            "null_rate_sample_std": old_rule_null_rate(seeds, ddof=1) if seeds > 1 else None,
+            "flagged_population_std": [f"{a}/{b}" for a, b in pairs if std_gap_flags(step0[a], step0[b], 0)],
+            "flagged_sample_std": [f"{a}/{b}" for a, b in pairs if std_gap_flags(step0[a], step0[b], 1)],
+            "null_rate_population_std": std_gap_null_rate(seeds, ddof=0) if seeds > 1 else None,
+            "null_rate_sample_std": std_gap_null_rate(seeds, ddof=1) if seeds > 1 else None,
         },
     }
 
@@ -495,21 +308,19 @@ def _fmt(x: float | None, digits: int = 3) -> str:
     return "n/a" if x is None else f"{x:+.{digits}f}"
 
 
-def verdicts_markdown(scored: dict) -> str:
-    """The verdict table of docs/results.md from verdicts()."""
-    lines = ["| claim | method − baseline, endpoint | per seed (0, 1, 2, …) | mean diff [bootstrap 95 %] | "
-             "seeds as claimed | Wilcoxon p (sign p) | MDE 80 % | verdict |",
-             "|---|---|---|---|---:|---:|---:|---|"]
-    for row in scored["claims"]:
-        per_seed = ", ".join(_fmt(v["difference"]) for v in row["per_seed"].values())
-        low, high = row["bootstrap_95"]
-        lines.append(
-            f"| {row['paper']}: {row['claim']} | {row['method']} − {row['baseline']}, {row['endpoint']} | {per_seed} | "
-            f"{_fmt(row['mean_difference'])} [{_fmt(low)}, {_fmt(high)}] | {row['seeds_as_claimed']}/{row['seeds']} | "
-            f"{row['wilcoxon_p']:.2f} ({row['sign_test_p']:.2f}) | "
-            f"{'n/a' if row['mde_80'] is None else format(row['mde_80'], '.3f')} | "
-            f"{row['verdict']} |")
-    return "\n".join(lines)
+# the study's columns beside the lab's: the per-seed differences, their signs, the sign test, the MDE
+CLAIM_COLUMNS = (
+    ("per seed (0, 1, 2, …)", lambda row: ", ".join(_fmt(v["difference"]) for v in row["per_seed"].values())),
+    ("seeds as claimed", lambda row: f"{row['seeds_as_claimed']}/{row['seeds']}"),
+    ("sign test p", lambda row: f"{row['sign_test_p']:.2f}"),
+    ("MDE 80 %", lambda row: "n/a" if row["mde_80"] is None else format(row["mde_80"], ".3f")),
+)
+
+
+def claims_markdown(scored: dict) -> str:
+    """The claim table of docs/results.md (the lab's table, ``gtpo_verl.lab.report.family_table``)."""
+    title = "### The papers' claims (one direction each, Holm over all of them)"
+    return "\n".join(family_table(title, scored["claims"], True, CLAIM_COLUMNS)).rstrip()
 
 
 def draw(runs: dict, val_n: int, path: str) -> None:
@@ -581,7 +392,7 @@ def aggregate(args, launches: dict) -> dict:
     for method in args.methods:
         for seed in args.seeds:
             run_dir = os.path.join(args.out, method, f"seed{seed}")
-            steps = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+            steps = read_metrics_file(os.path.join(run_dir, "metrics.jsonl")).steps
             if steps:
                 record = run_record(steps, args.val_n)
                 record.update(launches.get((method, seed), {}))
@@ -599,14 +410,14 @@ def write_outputs(results: dict, out: str, val_n: int, figures: bool = True) -> 
     verdicts.md and figures.png into ``out``."""
     runs = results["runs"]
     results["summary"] = summarize(runs, val_n)
-    results["verdicts"] = verdicts(runs, val_n)
+    results["verdicts"] = scored_claims(runs, val_n)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write(markdown_table(results["summary"], val_n) + "\n")
     with open(os.path.join(out, "verdicts.md"), "w") as f:
-        f.write(verdicts_markdown(results["verdicts"]) + "\n")
+        f.write(claims_markdown(results["verdicts"]) + "\n")
     if runs and figures:
         draw(runs, val_n, os.path.join(out, "figures.png"))
     return results
@@ -624,8 +435,12 @@ def rescore(path: str, figures: bool = False) -> dict:
 def _launch_run(args, method: str, seed: int) -> tuple[int, float]:
     run_dir = os.path.join(args.out, method, f"seed{seed}")
     os.makedirs(run_dir, exist_ok=True)
-    rc, wall = launch(run_overrides(args, method, seed, run_dir), os.path.join(run_dir, "train.log"),
-                      os.path.join(run_dir, "metrics.jsonl"), os.path.join(args.out, "wandb"), args.timeout)
+    log_path, metrics_path = os.path.join(run_dir, "train.log"), os.path.join(run_dir, "metrics.jsonl")
+    for stale in (log_path, metrics_path):  # a fresh launch: nothing of an earlier one in its files
+        if os.path.exists(stale):
+            os.remove(stale)
+    wandb = {"WANDB_MODE": "offline", "WANDB_DIR": os.path.join(args.out, "wandb"), "WANDB_SILENT": "true"}
+    rc, wall = launch(run_overrides(args, method, seed, run_dir), log_path, metrics_path, args.timeout, cwd=ROOT, env_extra=wandb)
     print(f"{method} seed {seed}: exit {rc} in {wall:.0f} s", flush=True)
     return rc, wall
 
@@ -655,7 +470,7 @@ def main(argv=None) -> int:
     if args.rescore:
         results = rescore(args.rescore)
         print(markdown_table(results["summary"], int(results["settings"].get("val_n", 16))))
-        print(verdicts_markdown(results["verdicts"]))
+        print(claims_markdown(results["verdicts"]))
         return 0
     args.out = os.path.abspath(args.out)
     args.methods = args.methods.split(",")

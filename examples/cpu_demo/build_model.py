@@ -10,56 +10,25 @@ time. No download: model and tokenizer come from configs (gtpo_verl/cpu/tiny_mod
 from __future__ import annotations
 
 import os
-import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from task import TAGS, formatted_response, prompts  # noqa: E402
 
+WARM_START_STEPS, WARM_START_LR = 60, 5e-3
 
-def warm_start(path: str, steps: int = 60, batch: int = 32, lr: float = 5e-3, seed: int = 0) -> float:
-    """Teacher-forced training on (prompt, formatted response) pairs; returns the final loss."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    pool = prompts(256, seed + 1)
-    model.train()
-    loss_value = float("nan")
-    for _ in range(steps):
-        input_ids, labels = [], []
-        for _ in range(batch):
-            chat = [{"role": "user", "content": rng.choice(pool)}]
-            prompt_ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
-            if hasattr(prompt_ids, "keys"):  # BatchEncoding in transformers 5
-                prompt_ids = prompt_ids["input_ids"]
-            answer_ids = tokenizer.encode(formatted_response(rng)) + [tokenizer.eos_token_id]
-            input_ids.append(list(prompt_ids) + answer_ids)
-            labels.append([-100] * len(prompt_ids) + answer_ids)
-        width = max(len(ids) for ids in input_ids)
-        pad = tokenizer.pad_token_id
-        ids = torch.tensor([x + [pad] * (width - len(x)) for x in input_ids])
-        lab = torch.tensor([y + [-100] * (width - len(y)) for y in labels])
-        attention = (torch.arange(width)[None] < torch.tensor([len(x) for x in input_ids])[:, None]).long()
-        loss = model(input_ids=ids, attention_mask=attention, labels=lab).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        loss_value = float(loss.detach())
-    model.save_pretrained(path, safe_serialization=True)
-    return loss_value
+def build(out_dir: str, seed: int = 0) -> float:
+    """The tiny Qwen2 with the tags as single tokens, warm-started on (prompt, random-digit response); returns the last loss."""
+    from gtpo_verl.cpu.tiny_model import build_tiny_qwen2, warm_start
+
+    build_tiny_qwen2(out_dir, extra_tokens=TAGS)
+    return warm_start(out_dir, prompts(256, seed + 1), formatted_response, steps=WARM_START_STEPS, lr=WARM_START_LR, seed=seed)
 
 
 def main(out_dir: str) -> None:
-    from gtpo_verl.cpu.tiny_model import build_tiny_qwen2
-
-    build_tiny_qwen2(out_dir, extra_tokens=TAGS)
-    print(f"warm-start loss {warm_start(out_dir):.3f}; model in {out_dir}")
+    print(f"warm-start loss {build(out_dir):.3f}; model in {out_dir}")
 
 
 if __name__ == "__main__":

@@ -71,7 +71,9 @@ def collect(summaries: list[str]) -> dict:
 
 
 def score(table: dict) -> dict:
-    from gtpo_verl.lab.stats import bootstrap_mean_ci, holm, seeds_for_power, sign_test, wilcoxon_signed_rank
+    from gtpo_verl.lab.stats import (
+        bootstrap_mean_ci, holm, nonzero_differences, seeds_for_power, sign_test, smallest_exact_p, wilcoxon_signed_rank,
+    )
 
     rows = []
     for method, baseline in COMPARISONS:
@@ -86,7 +88,7 @@ def score(table: dict) -> dict:
                          "differences": d.tolist(), "mean_difference": float(d.mean()),
                          "ci95": list(bootstrap_mean_ci(d, seed=BOOTSTRAP_SEED)),
                          "p_wilcoxon": wilcoxon_signed_rank(d), "p_sign": sign_test(d),
-                         "smallest_possible_p": min(1.0, 2 / 2 ** len(pairs)),
+                         "smallest_possible_p": smallest_exact_p(len(nonzero_differences(d))),
                          "seeds_needed_80pct_power": seeds_for_power(d) if len(pairs) > 1 else None})
     for row, adjusted in zip(rows, holm([r["p_wilcoxon"] for r in rows])):
         row["p_holm"] = adjusted

@@ -37,9 +37,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from run_demo import DAPO, RUNS, prepare_task, read_metrics  # noqa: E402
+from run_demo import DAPO, RUNS, prepare_task  # noqa: E402
 
+from gtpo_verl.cpu.launch import run_sizes  # noqa: E402
 from gtpo_verl.tools.ray_auth import write_token  # noqa: E402
+from gtpo_verl.trainer.metrics_file import read_metrics_file  # noqa: E402
 
 RUN = "DAPO_TOKEN"
 # `ray_init` must not size an existing cluster (Ray refuses num_cpus/num_gpus when connecting)
@@ -174,20 +176,10 @@ def refused_without_token(gcs: str, dashboard: str, env: dict, scratch: str) -> 
 def job_overrides(args, out: str, data_dir: str, model_dir: str, audit_dir: str) -> list[str]:
     """The job's Hydra overrides: DAPO_TOKEN as in the single-node demo, the cluster shape, the audit."""
     audit_steps = sorted({2, args.steps}) if args.steps >= 2 else [1]
-    batch = args.prompts
-    return RUNS[RUN] + CLUSTER + [
-        f"data.train_files={data_dir}/train.parquet",
-        f"data.val_files={data_dir}/val.parquet",
-        f"data.train_batch_size={batch}",
-        "data.max_prompt_length=128",
-        "data.max_response_length=16",
-        "data.seed=1",
-        f"actor_rollout_ref.model.path={model_dir}",
-        f"actor_rollout_ref.rollout.n={args.group}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.mini_batch}",
-        f"actor_rollout_ref.actor.optim.lr={args.lr}",
-        "actor_rollout_ref.rollout.temperature=1.0",
-        f"trainer.total_training_steps={args.steps}",
+    # no micro-batch sizes: dynamic batch sizes (CLUSTER) set the rows per forward pass
+    sizes = run_sizes(data_dir, model_dir, prompts=args.prompts, group=args.group, mini_batch=args.mini_batch, lr=args.lr,
+                      steps=args.steps, seed=1)
+    return RUNS[RUN] + CLUSTER + sizes + [
         "trainer.val_before_train=false",
         "trainer.test_freq=-1",  # the single-node demo validates; here the cluster path is the point
         "trainer.logger=[console,file]",
@@ -200,8 +192,6 @@ def job_overrides(args, out: str, data_dir: str, model_dir: str, audit_dir: str)
         "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
         f"gtpo.audit.steps=[{','.join(map(str, audit_steps))}]",
         f"gtpo.audit.dir={audit_dir}",
-        "actor_rollout_ref.actor.data_loader_seed=1",
-        "actor_rollout_ref.rollout.seed=1",
     ]
 
 
@@ -306,7 +296,7 @@ def main() -> int:
             failures.append(f"job: exit code {rc}, not reported succeeded (see {out}/job.log)")
         after = cluster_state(gcs, dashboard, env)
 
-        rows = read_metrics([metrics_path])
+        rows = read_metrics_file(metrics_path).rows()
         train_rows = [r for r in rows if "timing_s/step" in r]
         step_times = [r["timing_s/step"] for r in train_rows]
         evicted = [int(r.get("training/filter_groups/evicted_samples", 0)) for r in train_rows]

@@ -40,52 +40,29 @@ sys.path.insert(0, HERE)
 
 from task import STALL_FILE_ENV, write_parquet  # noqa: E402
 
+from gtpo_verl.cpu.launch import (  # noqa: E402
+    DAPO_CLIPS, DYNAMIC_SAMPLING, ESTIMATOR_KNOBS, NO_KL, kill_group, launch, reward_function, run_sizes,
+    sampled_validation,
+)
 from gtpo_verl.trainer.metrics_file import RESUMED_FROM, read_metrics_file  # noqa: E402
 
-# DAPO's knobs (verl-recipe dapo/run_dapo_qwen2.5_32b.sh) at toy scale, shared by the DAPO runs
-DAPO_KNOBS = [
-    "actor_rollout_ref.actor.clip_ratio_low=0.2",
-    "actor_rollout_ref.actor.clip_ratio_high=0.28",
-    "actor_rollout_ref.actor.clip_ratio_c=10.0",
-    # dynamic sampling exactly as the recipes set it: evict groups whose `acc` is all-equal, refill
-    "algorithm.filter_groups.enable=true",
-    "algorithm.filter_groups.metric=acc",
-    "algorithm.use_kl_in_reward=false",
-    "actor_rollout_ref.actor.use_kl_loss=false",
-]
+# DAPO's knobs (verl-recipe dapo/run_dapo_qwen2.5_32b.sh) at toy scale, shared by the DAPO runs: its clips,
+# dynamic sampling exactly as the recipes set it, no KL
+DAPO_KNOBS = DAPO_CLIPS + DYNAMIC_SAMPLING + NO_KL
 # each method's own knobs on top of DAPO's (the three DAPO runs) or alone (Paper A, KL-free)
 METHOD_KNOBS = {
-    "DAPO": DAPO_KNOBS + ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
-    "DAPO_TOKEN": DAPO_KNOBS + ["algorithm.adv_estimator=gtpo_token", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
-    "DAPO_SEQ": DAPO_KNOBS
-    + [
-        "algorithm.adv_estimator=grpo_s",
-        "actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s",
-        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
-    ],
-    "GTPO_TRAJ": [
-        "algorithm.adv_estimator=gtpo_traj",
-        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
-        "algorithm.use_kl_in_reward=false",
-        "actor_rollout_ref.actor.use_kl_loss=false",
-    ],
+    **{method: DAPO_KNOBS + knobs for method, knobs in ESTIMATOR_KNOBS.items()},
+    "GTPO_TRAJ": ["algorithm.adv_estimator=gtpo_traj", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean", *NO_KL],
 }
-
-
-def reward(path: str, name: str) -> list[str]:
-    """verl's custom-reward overrides: ``name`` in the file ``path``."""
-    return [f"reward.custom_reward_function.path={path}", f"reward.custom_reward_function.name={name}"]
-
-
-DAPO = DAPO_KNOBS + reward(f"{HERE}/task.py", "compute_score")
+DAPO = DAPO_KNOBS + reward_function(f"{HERE}/task.py", "compute_score")
 RUNS = {
-    "DAPO": METHOD_KNOBS["DAPO"] + reward(f"{HERE}/task.py", "compute_score"),
-    "DAPO_TOKEN": METHOD_KNOBS["DAPO_TOKEN"] + reward(f"{HERE}/task.py", "compute_score"),
-    "DAPO_SEQ": METHOD_KNOBS["DAPO_SEQ"] + reward(f"{HERE}/task.py", "compute_score"),
+    "DAPO": METHOD_KNOBS["DAPO"] + reward_function(f"{HERE}/task.py", "compute_score"),
+    "DAPO_TOKEN": METHOD_KNOBS["DAPO_TOKEN"] + reward_function(f"{HERE}/task.py", "compute_score"),
+    "DAPO_SEQ": METHOD_KNOBS["DAPO_SEQ"] + reward_function(f"{HERE}/task.py", "compute_score"),
     # Paper A: KL-free, one update per rollout, its reward scale, the paper preset's ⟨H⟩_ini
     # gate (measured on step 1, restored by the resume)
     "GTPO_TRAJ": METHOD_KNOBS["GTPO_TRAJ"] + ["algorithm.gtpo_traj.preset=paper"]
-    + reward(f"{HERE}/task.py", "compute_score_paper_a"),
+    + reward_function(f"{HERE}/task.py", "compute_score_paper_a"),
 }
 EXPECTED_GTPO = {
     "DAPO": ["gtpo/entropy/batch_mean"],
@@ -109,73 +86,23 @@ CURVES = {"critic/score/mean": "reward", "actor/entropy": "entropy", "response_l
 
 
 def common_overrides(args, data_dir: str, model_dir: str, steps: int) -> list[str]:
-    batch = args.prompts
-    return [
-        f"data.train_files={data_dir}/train.parquet",
-        f"data.val_files={data_dir}/val.parquet",
-        f"data.train_batch_size={batch}",
-        "data.max_prompt_length=128",
-        "data.max_response_length=16",
-        "data.seed=1",
-        f"actor_rollout_ref.model.path={model_dir}",
-        f"actor_rollout_ref.rollout.n={args.group}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={batch}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={batch * args.group}",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={batch * args.group}",
-        f"actor_rollout_ref.actor.optim.lr={args.lr}",
-        "actor_rollout_ref.rollout.temperature=1.0",
-        "actor_rollout_ref.rollout.val_kwargs.n=4",
-        "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
-        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
-        f"trainer.total_training_steps={steps}",
+    rows = args.prompts * args.group
+    return run_sizes(data_dir, model_dir, prompts=args.prompts, group=args.group, mini_batch=args.prompts, lr=args.lr,
+                     steps=steps, seed=1, micro_batch=rows, log_prob_micro_batch=rows) + sampled_validation(4) + [
         "trainer.val_before_train=false",
         f"trainer.test_freq={steps}",
         "trainer.logger=[console,file]",
         "trainer.project_name=gtpo_cpu_demo",
         "trainer.resume_mode=auto",
-        "actor_rollout_ref.actor.data_loader_seed=1",
-        "actor_rollout_ref.rollout.seed=1",
     ]
 
 
-def launch(name: str, overrides: list[str], log_path: str, metrics_path: str, timeout: int,
-           watch=None, env_extra: dict | None = None, memory: dict | None = None) -> tuple[int, float]:
-    """Run one ``python -m gtpo_verl.main``; ``watch(proc)`` is called every second while it runs; with
-    ``memory`` (a dict), fill it with the peak RSS of every process of the run."""
-    env = dict(os.environ, VERL_FILE_LOGGER_PATH=metrics_path, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false",
-               **(env_extra or {}))
-    cmd = [sys.executable, "-m", "gtpo_verl.main", "--config-name", "gtpo_trainer_cpu", *overrides]
-    start = time.time()
-    with open(log_path, "a") as log:
-        log.write(" ".join(cmd) + "\n")
-        log.flush()
-        # its own session: on a timeout (or a drill's kill) the driver and the local Ray cluster it started
-        # go together (not `ray stop`, which would also stop other Ray clusters on the machine)
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
-        sampler = None
-        if memory is not None:
-            from process_memory import PeakMemory
+def sample_memory(proc, memory: dict):
+    """Sample the peak RSS of every process of the launch ``proc`` into ``memory`` until the returned stop is called."""
+    from process_memory import PeakMemory
 
-            sampler = PeakMemory(proc.pid).start()
-        while proc.poll() is None and time.time() - start < timeout:
-            if watch is not None:
-                watch(proc)
-            time.sleep(1.0)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        rc = proc.returncode if time.time() - start < timeout else 124
-        if sampler is not None:
-            memory.update(sampler.stop())
-    _kill_group(proc.pid)  # whatever the driver left of its local Ray cluster (a vLLM engine can outlive it)
-    return rc, time.time() - start
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    sampler = PeakMemory(proc.pid).start()
+    return lambda: memory.update(sampler.stop())
 
 
 def last_training_step(metrics_path: str) -> int:
@@ -196,7 +123,7 @@ def drill_watch(kind: str, metrics_path: str, stall_file: str):
         if last_training_step(metrics_path) < DRILL_STOP_AFTER:
             return
         if kind == "sigkill":
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
         elif not os.path.exists(stall_file):
             open(stall_file, "w").close()  # scoring now waits: the watchdog must end the run
     return watch
@@ -241,6 +168,7 @@ def prepare_task(out: str) -> tuple[str, str]:
     write_parquet(os.path.join(data_dir, "train.parquet"), 256, 0, "train")
     write_parquet(os.path.join(data_dir, "val.parquet"), 16, 1, "val")
     if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
+        # in a process of its own: the demo's driver never loads torch
         subprocess.run([sys.executable, os.path.join(HERE, "build_model.py"), model_dir], check=True)
     return data_dir, model_dir
 
@@ -272,11 +200,6 @@ def draw(summary: dict, history: dict, path: str, reward_scale: dict[str, float]
     fig.savefig(path, dpi=110)
 
 
-def read_metrics(paths: list[str]) -> list[dict]:
-    """A run's metric rows from its file(s), a repeated step's last attempt kept (``gtpo_verl.trainer.metrics_file``)."""
-    return read_metrics_file(*paths).rows()
-
-
 def train_run(run: str, launches: list[tuple[str, list[str]]], run_dir: str, steps: int, timeout: int,
               dynamic_sampling: bool, expected_gtpo: list[str], env_extra: dict | None = None,
               drill: str | None = None) -> tuple[dict, list, list[str]]:
@@ -304,9 +227,9 @@ def train_run(run: str, launches: list[tuple[str, list[str]]], run_dir: str, ste
     for i, (label, overrides) in enumerate(launches):
         interrupted = drill is not None and i == 0
         memory: dict = {}
-        rc, wall = launch(run, overrides, log_path, metrics_path, timeout,
+        rc, wall = launch(overrides, log_path, metrics_path, timeout, cwd=ROOT, env_extra=env_extra,
                           watch=drill_watch(drill, metrics_path, stall_file) if interrupted else None,
-                          env_extra=env_extra, memory=memory)
+                          on_start=lambda proc: sample_memory(proc, memory))
         if os.path.exists(stall_file):
             os.remove(stall_file)
         record["launches"].append({"label": label, "returncode": rc, "wall_s": round(wall, 1)})

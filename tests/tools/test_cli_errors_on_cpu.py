@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from support.bad_inputs import BASE
+from support.run_files import write_run_files
 
 CPU = ("--config-name", "gtpo_trainer_cpu", *BASE)
 
@@ -34,13 +35,7 @@ def _error_lines(proc):
 
 @pytest.fixture(scope="module")
 def run_files(tmp_path_factory):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    root = tmp_path_factory.mktemp("cli_files")
-    (root / "model").mkdir()
-    (root / "model" / "config.json").write_text("{}")
-    pq.write_table(pa.table({"prompt": [f"p{i}" for i in range(8)]}), root / "train.parquet")
+    root = write_run_files(tmp_path_factory.mktemp("cli_files"), train_rows=8)
     (root / "corrupt.parquet").write_bytes(b"PAR1 this is not a parquet file")
     return root
 

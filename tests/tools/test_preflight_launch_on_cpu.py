@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 from support.paths import REPO_ROOT
+from support.run_files import write_run_files
 from support.ray_cluster import NodeSpec, local_ray_cluster
 
 from gtpo_verl.tools import launch_checks, node_probe, preflight
@@ -165,13 +166,7 @@ def test_main_refuses_cpu_mode_on_a_gpu_run_before_verl_starts(tmp_path):
 # ---------------------------------------------------------------- on a real two-node cluster
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    root = tmp_path_factory.mktemp("launch_files")
-    (root / "model").mkdir()
-    (root / "model" / "config.json").write_text("{}")
-    pq.write_table(pa.table({"prompt": ["p0", "p1", "p2", "p3"]}), root / "train.parquet")
+    root = write_run_files(tmp_path_factory.mktemp("launch_files"), train_rows=4)
     (root / "home").mkdir()  # no ~/.netrc on any node
     return root
 

@@ -25,6 +25,7 @@ from support.ray_cluster import NodeSpec, local_ray_cluster
 from gtpo_verl.tools import preflight
 from gtpo_verl.tools.cluster_probe import Node
 from support.paths import REPO_ROOT
+from support.run_files import write_run_files
 
 ROOT = REPO_ROOT
 PYTHON_BIN = str(Path(sys.executable).parent)
@@ -44,15 +45,7 @@ def _lines(text):
 @pytest.fixture(scope="module")
 def cpu_run_files(tmp_path_factory):
     """A model folder and parquet files the CPU preset can point at (contents are not read)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    root = tmp_path_factory.mktemp("preflight_files")
-    (root / "model").mkdir()
-    (root / "model" / "config.json").write_text("{}")
-    pq.write_table(pa.table({"prompt": [f"p{i}" for i in range(40)]}), root / "train.parquet")
-    pq.write_table(pa.table({"prompt": ["v0", "v1"]}), root / "val.parquet")
-    return root
+    return write_run_files(tmp_path_factory.mktemp("preflight_files"), train_rows=40, val_rows=2)
 
 
 def cpu_overrides(root, *extra):
