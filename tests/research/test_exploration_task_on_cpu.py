@@ -10,6 +10,7 @@ import pytest
 
 from gtpo_verl.trainer.metrics_file import read_metrics_file
 from research import exploration_task as task
+from research import study_report
 from support.paths import FIXTURES
 
 RUN_METRICS = str(FIXTURES / "cpu_run_metrics")
@@ -78,7 +79,7 @@ def test_study_aggregates_a_real_cpu_run():
         assert train["step"] and all(isinstance(v, float) for v in train["reward"] + train["actor_entropy"])
     summary = study.summarize({"M": {"0": record}}, 16)["M"]
     assert summary["final pass@16"]["seeds"] == 1
-    table = study.markdown_table({"M": summary}, 16).splitlines()
+    table = study_report.markdown_table({"M": summary}, 16).splitlines()
     assert len(table) == 3 and table[2].startswith("| M | 1 | ")
     assert f"{val['pass@16'][-1]:.3f} (1 seed)" in table[2]  # one seed: no sample std to give
 
@@ -109,7 +110,7 @@ def test_study_summary_uses_the_sample_std():
 
     assert mean_and_sample_std([1.0, 2.0, 3.0]) == {"mean": 2.0, "std": 1.0, "seeds": 3}
     assert mean_and_sample_std([0.5, None, float("nan")]) == {"mean": 0.5, "std": None, "seeds": 1}
-    assert study._cell({"mean": 2.0, "std": 1.0}) == "2.000 ± 1.000"
+    assert study_report._cell({"mean": 2.0, "std": 1.0}) == "2.000 ± 1.000"
 
 
 @pytest.mark.parametrize(
