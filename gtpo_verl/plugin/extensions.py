@@ -98,7 +98,7 @@ _ESTIMATOR_INPUTS: dict[str, tuple[str, ...]] = {}
 
 
 def register_entropy_aware_estimator(
-    name: str, inputs: Iterable[str] = ("entropys",), optional: Iterable[str] = ()
+    name: str, inputs: Iterable[str] = ("entropys",), optional: Iterable[str] = (), *, finite_by_construction: bool = False
 ) -> Callable:
     """Decorator: register ``fn`` in verl's ``ADV_ESTIMATOR_REGISTRY`` as ``name``, with per-token inputs.
 
@@ -112,7 +112,11 @@ def register_entropy_aware_estimator(
     receives it aligned and checked.
 
     A NaN/Inf reward, float input or returned advantage at a valid position raises one
-    ``ValueError`` naming the row and its uid (``plugin/finite.py``).
+    ``ValueError`` naming the row and its uid (``plugin/finite.py``). ``finite_by_construction``
+    declares that ``fn`` itself raises ``ValueError`` on a non-finite float input at a valid
+    position and never returns a non-finite advantage (the package's table estimators: their
+    passes check as they read): the wrapper then skips those two whole-tensor checks and, when
+    ``fn`` raises, runs the input checks to give the same error naming the row and its uid.
 
     Returns the registered wrapper (call it like the function).
     """
@@ -130,14 +134,26 @@ def register_entropy_aware_estimator(
             for key in declared:
                 kwargs[key] = resolve_input(key, kwargs.get(key), owner, response_mask, required=key in required)
             check_finite(token_level_rewards, "score", owner, index)  # anywhere in the row: scores are row sums
-            for key in FLOAT_INPUTS:
-                if kwargs.get(key) is not None:
-                    check_finite(kwargs[key], key, owner, index, response_mask)
+
+            def check_inputs() -> None:
+                for key in FLOAT_INPUTS:
+                    if kwargs.get(key) is not None:
+                        check_finite(kwargs[key], key, owner, index, response_mask)
+
+            if not finite_by_construction:
+                check_inputs()
             record_estimator_output(CALLED, name)
-            advantages, returns = fn(
-                token_level_rewards=token_level_rewards, response_mask=response_mask, index=index, config=config, **kwargs
-            )
-            check_finite(advantages, "advantages", owner, index, response_mask)
+            try:
+                advantages, returns = fn(
+                    token_level_rewards=token_level_rewards, response_mask=response_mask, index=index, config=config,
+                    **kwargs,
+                )
+            except ValueError:
+                if finite_by_construction:
+                    check_inputs()  # the error naming the row and its uid, where an input was not finite
+                raise
+            if not finite_by_construction:
+                check_finite(advantages, "advantages", owner, index, response_mask)
             return advantages, returns
 
         estimator.gtpo_inputs = declared

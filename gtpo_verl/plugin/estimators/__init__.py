@@ -68,7 +68,8 @@ def _verl_adapter(row: Estimator) -> Callable:
 def register_estimators() -> None:
     """Register every row in verl's ``ADV_ESTIMATOR_REGISTRY`` through the public decorator (imports verl)."""
     for row in ESTIMATORS.values():
-        register_entropy_aware_estimator(row.name, inputs=row.inputs, optional=row.optional)(_verl_adapter(row))
+        register_entropy_aware_estimator(row.name, inputs=row.inputs, optional=row.optional,
+                                         finite_by_construction=True)(_verl_adapter(row))
 
 
 __all__ = ["ALGORITHM_BLOCKS", "ESTIMATORS", "Estimator", "EstimatorBatch", "EstimatorCall", "register_estimators"]
