@@ -10,6 +10,7 @@ block is still one whole-tensor operation over its rows.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 from typing import NamedTuple
 
@@ -31,14 +32,16 @@ PARALLEL_BLOCKS = 8
 
 # Transparent huge pages: a fresh (B, T) output of the CPU faults its pages in on first write, one
 # trap per 4 KiB page. Asking for 2 MiB pages before that write (madvise, honoured when the kernel's
-# THP mode is `madvise` or `always`) turns 8,192 faults per 32 MiB into 16.
+# THP mode is `madvise` or `always`) turns 8,192 faults per 32 MiB into 16. The first such request
+# of a process can wait for the kernel to free 2 MiB blocks (seconds at the papers' batch, once);
+# GTPO_VERL_HUGE_PAGES=0 turns the request off (docs/performance.md).
 HUGE_PAGE_BYTES = 2 << 20
 _MADV_HUGEPAGE = 14  # linux/mman.h
 
 
 def _madvise():
-    """libc's ``madvise`` on Linux, else None (no huge-page request is made there)."""
-    if not sys.platform.startswith("linux"):
+    """libc's ``madvise`` on Linux, else None (no huge-page request is made there, nor with GTPO_VERL_HUGE_PAGES=0)."""
+    if not sys.platform.startswith("linux") or os.environ.get("GTPO_VERL_HUGE_PAGES", "1") == "0":
         return None
     try:
         madvise = ctypes.CDLL(None, use_errno=True).madvise
