@@ -12,6 +12,7 @@ command that, run as printed, launches exactly the same argv. The three DAPO scr
 on every key outside their algorithm block.
 """
 
+import difflib
 import os
 import re
 import shlex
@@ -52,7 +53,9 @@ PAPER_A = {  # script: (experiment name, its comparison partner)
     "recipes/gtpo_traj/run_grpo_llama3.1_8b_math.sh": ("GRPO_LLAMA8B_MATH", "run_gtpo_traj_llama3.1_8b_math.sh"),
 }
 TRAINING_RECIPES = sorted({**DAPO, **PAPER_A})
-LIBRARIES = {"recipes/launch.sh", "recipes/dapo/common.sh", "recipes/gtpo_traj/common.sh"}  # sourced by the above
+LIBRARIES = {  # sourced by the above
+    "recipes/launch.sh", "recipes/common/trainer_tail.sh", "recipes/dapo/common.sh", "recipes/gtpo_traj/common.sh",
+}
 SLURM = "recipes/slurm/ray_on_slurm.sbatch"  # runs a training recipe: test_slurm_launch
 DATA_SCRIPTS = {"recipes/data/prepare_all.sh"}  # runs recipes/data/*.py: tests/recipes/test_data_prep_on_cpu.py
 CONTAINER_SCRIPTS = {"recipes/containers/build_image.sh", "recipes/containers/install_into_image.sh"}  # test_container_image_on_cpu.py
@@ -665,3 +668,25 @@ def test_launch_hands_the_token_to_ray_job_submit(stubs, tmp_path):
     assert proc.returncode == 0 and calls[0][3][:2] == ["job", "submit"]
     proc, calls = run_script(stubs, tmp_path, script, RAY_AUTH_MODE="token", DRY_RUN=1)  # printing needs no token
     assert proc.returncode == 0 and not calls
+
+
+# The environment of the `env` command files in tests/fixtures/recipe_commands/: every knob the shared
+# trainer tail (recipes/common/trainer_tail.sh) reads, set, plus two appended Hydra overrides.
+TAIL_KNOBS = {
+    "LAUNCHER": "direct", "NNODES": 3, "RAY_DATA_HOME": "/shared", "TOTAL_TRAINING_STEPS": 7, "TOTAL_EPOCHS": 2,
+    "TEST_FREQ": 9, "SAVE_FREQ": 11, "WATCHDOG_TIMEOUT_S": 99, "LOGGER": '["console"]', "PROJECT_NAME": "P",
+    "EXP_NAME": "E", "N_GPUS_PER_NODE": 4, "MAX_ACTOR_CKPT_TO_KEEP": 5, "TQ_STORAGE_UNITS": 13, "CKPTS_DIR": "/ck",
+}
+
+
+@pytest.mark.parametrize("variant", ["default", "env"])
+@pytest.mark.parametrize("script", TRAINING_RECIPES)
+def test_dry_run_command_is_the_pinned_one(script, variant, stubs, tmp_path):
+    """Every recipe prints, override for override, the command in tests/fixtures/recipe_commands/:
+    a change to any recipe's command line is a visible diff of that file, never a side effect."""
+    env, args = (TAIL_KNOBS, ("x=1", "y=a b")) if variant == "env" else ({}, ())
+    proc, calls = run_script(stubs, tmp_path, script, *args, DRY_RUN=1, **env)
+    assert proc.returncode == 0 and not calls, proc.stderr
+    pinned = ROOT / "tests" / "fixtures" / "recipe_commands" / f"{Path(script).stem}.{variant}.txt"
+    assert proc.stdout == pinned.read_text(), "".join(
+        difflib.unified_diff(pinned.read_text().splitlines(True), proc.stdout.splitlines(True), str(pinned), script))
