@@ -1,5 +1,6 @@
 """gtpo_verl: entropy-aware credit assignment (GTPO, GRPO-S, GTPO-trajectory) for verl."""
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -8,8 +9,12 @@ from setuptools import find_packages, setup
 HERE = Path(__file__).parent
 # read as text: setup.py cannot import the package before it is installed
 VERSION = re.search(r'^__version__ = "([^"]+)"$', (HERE / "gtpo_verl" / "__init__.py").read_text(), re.M).group(1)
-# the one verl pin, shipped with the package (gtpo-preflight reads it too)
-VERL = (HERE / "gtpo_verl" / "config" / "REQUIRED_VERL.txt").read_text().splitlines()[0].removeprefix("verl==")
+# the one verl pin, shipped with the package, read by the parser gtpo-preflight uses (loaded by its path:
+# a standard-library file, so the package itself is not imported)
+_spec = importlib.util.spec_from_file_location("required_verl", HERE / "gtpo_verl" / "tools" / "required_verl.py")
+_pin = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_pin)
+VERL, _ = _pin.required_verl((HERE / "gtpo_verl" / "config" / _pin.PIN_FILE).read_text())
 
 setup(
     name="gtpo_verl",

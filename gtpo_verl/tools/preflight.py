@@ -46,14 +46,14 @@ from omegaconf import OmegaConf
 from gtpo_verl.tools import launch_checks, node_probe
 from gtpo_verl.tools.cluster_probe import ClusterRefused, Node, cluster_address, probe_cluster, probe_timeout_s
 from gtpo_verl.tools.ray_auth import token_source
+from gtpo_verl.tools.required_verl import PIN_FILE, required_verl
 from gtpo_verl.trainer.settings import GTPOSettings
 
 
 def _required_verl() -> tuple[str, dict[str, str]]:
-    """The verl pin and its GPU stack from the package's ``config/REQUIRED_VERL.txt`` (setup.py's source too)."""
-    text = (importlib.resources.files("gtpo_verl") / "config" / "REQUIRED_VERL.txt").read_text()
-    stack = dict(re.findall(r"^\s+(torch|vllm|transformers)==([\w.]+)$", text, re.M))
-    return text.splitlines()[0].removeprefix("verl=="), stack
+    """The verl pin and its ``[vllm]`` GPU stack from the package's ``config/REQUIRED_VERL.txt`` (setup.py's source too)."""
+    version, stack = required_verl((importlib.resources.files("gtpo_verl") / "config" / PIN_FILE).read_text())
+    return version, {name: stack[name] for name in ("torch", "vllm", "transformers")}
 
 
 # the verl pin, and its [vllm] GPU stack for where verl's own metadata is missing (gpu_stack_pins)

@@ -56,24 +56,19 @@ val_temperature=${VAL_TEMPERATURE:-1.0}
 val_top_p=${VAL_TOP_P:-0.7}
 val_n=${VAL_N:-32}                                 # AIME-2024: 30 problems × 32 samples → best@32, maj@32, mean@32
 
-# ---- cluster, paths, logging ----
+# ---- cluster, paths, logging (the shared rest: ../common/trainer_tail.sh) ----
 NNODES=${NNODES:-16}
-N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-8}
-# TransferQueue storage units: verl asks for at least 2 per node (its default, 8, is 4 nodes' worth)
-tq_storage_units=${TQ_STORAGE_UNITS:-$((2 * NNODES > 8 ? 2 * NNODES : 8))}
 PROJECT_NAME=${PROJECT_NAME:-DAPO}
 RAY_DATA_HOME=${RAY_DATA_HOME:-"${HOME}/verl"}
 MODEL_PATH=${MODEL_PATH:-"${RAY_DATA_HOME}/models/Qwen2.5-32B"}
-CKPTS_DIR=${CKPTS_DIR:-"${RAY_DATA_HOME}/ckpts/${PROJECT_NAME}/${EXP_NAME}"}
 TRAIN_FILE=${TRAIN_FILE:-"${RAY_DATA_HOME}/data/dapo-math-17k.parquet"}   # recipes/data/prepare_dapo_math.py
 TEST_FILE=${TEST_FILE:-"${RAY_DATA_HOME}/data/aime-2024-dedup.parquet"}  # recipes/data/prepare_aime2024.py
-LOGGER=${LOGGER:-'["console","wandb","file"]'} # file: verl's JSONL metrics for gtpo-report (docs/reproduce.md)
 TEST_FREQ=${TEST_FREQ:-5}
 # A requeue repeats the steps since the last save: at most SAVE_FREQ steps. Not measured on GPUs by us; estimated
 # ~20 min a step (≥ 8,192 responses of ~5k tokens at ~100k generated tokens/s over 32 TP-4 vLLM replicas, plus
-# ~6·32e9·41e6 FLOPs of update at 40 % MFU on 128 GPUs), so 3 steps ≈ 1 hour; each save writes ~0.4 TB.
+# ~6·32e9·41e6 FLOPs of update at 40 % MFU on 128 GPUs), so 3 steps ≈ 1 hour; each save writes ~0.4 TB
+# (32B in fp32 + Adam moments), of which MAX_ACTOR_CKPT_TO_KEEP (2) are kept.
 SAVE_FREQ=${SAVE_FREQ:-3}
-MAX_ACTOR_CKPT_TO_KEEP=${MAX_ACTOR_CKPT_TO_KEEP:-2} # 32B in fp32 + Adam moments: ~0.4 TB per checkpoint
 TOTAL_EPOCHS=${TOTAL_EPOCHS:-1}
 # Run length of the upstream DAPO 32B run: its V0 trainer counted steps as batches of its dataloader,
 # which fetched gen_batch_size = 1536 prompts: 1,791,700 rows // 1536 = 1166 steps in one epoch (fewer
@@ -90,7 +85,10 @@ max_token_len=${MAX_TOKEN_LEN:-$((max_prompt_length + max_response_length))}
 gpu_memory_utilization=${GPU_MEMORY_UTILIZATION:-0.80}
 # exit (status 3, for a requeue) when generation makes no progress for this long; above the time one
 # 20k-token response can legitimately take after all others are done
-watchdog_timeout_s=${WATCHDOG_TIMEOUT_S:-3600}
+WATCHDOG_TIMEOUT_S=${WATCHDOG_TIMEOUT_S:-3600}
+
+# shellcheck source=../common/trainer_tail.sh
+source "${HERE}/../common/trainer_tail.sh"
 
 dapo_main() {
     launch_main \
@@ -152,21 +150,7 @@ dapo_main() {
         +reward.reward_kwargs.overlong_buffer_cfg.penalty_factor="${overlong_penalty_factor}" \
         +reward.reward_kwargs.overlong_buffer_cfg.log=False \
         +reward.reward_kwargs.max_resp_len="${max_response_length}" \
-        trainer.logger="${LOGGER}" \
-        trainer.project_name="${PROJECT_NAME}" \
-        trainer.experiment_name="${EXP_NAME}" \
-        trainer.n_gpus_per_node="${N_GPUS_PER_NODE}" \
-        trainer.nnodes="${NNODES}" \
-        transfer_queue.backend.SimpleStorage.num_data_storage_units="${tq_storage_units}" \
-        trainer.val_before_train=True \
-        trainer.test_freq="${TEST_FREQ}" \
-        trainer.save_freq="${SAVE_FREQ}" \
-        trainer.max_actor_ckpt_to_keep="${MAX_ACTOR_CKPT_TO_KEEP}" \
-        trainer.total_epochs="${TOTAL_EPOCHS}" \
-        trainer.total_training_steps="${TOTAL_TRAINING_STEPS}" \
-        trainer.default_local_dir="${CKPTS_DIR}" \
-        trainer.resume_mode=auto \
-        gtpo.watchdog.generation_timeout_s="${watchdog_timeout_s}" \
+        "${TRAINER_TAIL[@]}" \
         "${ALGORITHM_ARGS[@]}" \
         "$@"
 }

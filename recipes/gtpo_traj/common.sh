@@ -27,14 +27,14 @@ qwen2.5_3b_gsm8k) # Qwen GSM8K colab: lr 2e-6, warm-up ratio 0.01
     DATA_DIR=${DATA_DIR:-"${RAY_DATA_HOME}/data/gsm8k_reasoning"} # recipes/data/prepare_gsm8k.py
     lr=${LR:-2e-6}
     lr_warmup_ratio=${LR_WARMUP_RATIO:-0.01}
-    total_training_steps=${TOTAL_TRAINING_STEPS:-7473} # one epoch of GSM8K train at 1 prompt per step (official code)
+    TOTAL_TRAINING_STEPS=${TOTAL_TRAINING_STEPS:-7473} # one epoch of GSM8K train at 1 prompt per step (official code)
     ;;
 llama3.1_8b_math) # official config.yaml (LLaMA, MATH): lr 1e-6, warm-up ratio 0.005
     MODEL_PATH=${MODEL_PATH:-"${RAY_DATA_HOME}/models/Meta-Llama-3.1-8B-Instruct"}
     DATA_DIR=${DATA_DIR:-"${RAY_DATA_HOME}/data/math_reasoning"} # recipes/data/prepare_math.py
     lr=${LR:-1e-6}
     lr_warmup_ratio=${LR_WARMUP_RATIO:-0.005}
-    total_training_steps=${TOTAL_TRAINING_STEPS:-7500} # one epoch of MATH train (7 subsets) at 1 prompt per step
+    TOTAL_TRAINING_STEPS=${TOTAL_TRAINING_STEPS:-7500} # one epoch of MATH train (7 subsets) at 1 prompt per step
     ;;
 *)
     echo "SETTING=${SETTING:-} is not a Paper A setting: qwen2.5_3b_gsm8k or llama3.1_8b_math" >&2
@@ -54,28 +54,25 @@ weight_decay=${WEIGHT_DECAY:-0.1}
 clip_grad=${CLIP_GRAD:-0.1}                      # max_grad_norm
 lora_rank=${LORA_RANK:-0}                        # 0: full fine-tuning
 lora_alpha=${LORA_ALPHA:-128}
-total_epochs=${TOTAL_EPOCHS:-1}
+TOTAL_EPOCHS=${TOTAL_EPOCHS:-1}
 seed=${SEED:-3407}
 val_n=${VAL_N:-8}                                # pass@k / maj@k up to k = VAL_N (the paper: 32)
 
-# ---- cluster, logging, performance ----
+# ---- cluster, logging, performance (the shared rest: ../common/trainer_tail.sh) ----
 # The actor runs FSDP2 (actor.strategy=fsdp2), the strategy the CPU tests and demos run (docs/reproduce.md).
 NNODES=${NNODES:-1}
-# TransferQueue storage units: verl asks for at least 2 per node (its default, 8, is 4 nodes' worth)
-tq_storage_units=${TQ_STORAGE_UNITS:-$((2 * NNODES > 8 ? 2 * NNODES : 8))}
-N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-8}
 PROJECT_NAME=${PROJECT_NAME:-GTPO-trajectory}
-CKPTS_DIR=${CKPTS_DIR:-"${RAY_DATA_HOME}/ckpts/${PROJECT_NAME}/${EXP_NAME}"}
-LOGGER=${LOGGER:-'["console","wandb","file"]'} # file: verl's JSONL metrics for gtpo-report (docs/reproduce.md)
 TEST_FREQ=${TEST_FREQ:-500}
 # A requeue repeats at most SAVE_FREQ steps. Not measured on GPUs by us; estimated ≤ 30 s a step (8 responses of
 # ≤ 1,500 tokens decoded at ≥ 50 tokens/s each, one small update), so 100 steps ≤ ~50 min (3B) to ~1 h (8B).
 SAVE_FREQ=${SAVE_FREQ:-100}
-MAX_ACTOR_CKPT_TO_KEEP=${MAX_ACTOR_CKPT_TO_KEEP:-2}
 gen_tp=${GEN_TP:-1}
 gpu_memory_utilization=${GPU_MEMORY_UTILIZATION:-0.6}
-watchdog_timeout_s=${WATCHDOG_TIMEOUT_S:-1800} # no generation progress this long → exit 3 (1500-token responses)
+WATCHDOG_TIMEOUT_S=${WATCHDOG_TIMEOUT_S:-1800} # no generation progress this long → exit 3 (1500-token responses)
 max_token_len=${MAX_TOKEN_LEN:-$((max_prompt_length + max_response_length))}
+
+# shellcheck source=../common/trainer_tail.sh
+source "${HERE}/../common/trainer_tail.sh"
 
 paper_a_main() {
     launch_main \
@@ -123,21 +120,7 @@ paper_a_main() {
         reward.reward_manager.name=naive \
         reward.custom_reward_function.path=pkg://gtpo_verl.rewards.format_math \
         reward.custom_reward_function.name=compute_score \
-        trainer.logger="${LOGGER}" \
-        trainer.project_name="${PROJECT_NAME}" \
-        trainer.experiment_name="${EXP_NAME}" \
-        trainer.n_gpus_per_node="${N_GPUS_PER_NODE}" \
-        trainer.nnodes="${NNODES}" \
-        transfer_queue.backend.SimpleStorage.num_data_storage_units="${tq_storage_units}" \
-        trainer.val_before_train=True \
-        trainer.test_freq="${TEST_FREQ}" \
-        trainer.save_freq="${SAVE_FREQ}" \
-        trainer.max_actor_ckpt_to_keep="${MAX_ACTOR_CKPT_TO_KEEP}" \
-        trainer.total_epochs="${total_epochs}" \
-        trainer.total_training_steps="${total_training_steps}" \
-        trainer.default_local_dir="${CKPTS_DIR}" \
-        trainer.resume_mode=auto \
-        gtpo.watchdog.generation_timeout_s="${watchdog_timeout_s}" \
+        "${TRAINER_TAIL[@]}" \
         "${ALGORITHM_ARGS[@]}" \
         "$@"
 }

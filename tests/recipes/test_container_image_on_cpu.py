@@ -171,7 +171,9 @@ def index(tmp_path_factory):
     (src / "gtpo_verl" / "config").mkdir(parents=True)
     (src / "gtpo_verl" / "plugin").mkdir()
     (src / "gtpo_verl" / "__init__.py").write_text(f'__version__ = "{VERSION}"\n')
-    shutil.copy(REPO_ROOT / "gtpo_verl/config/REQUIRED_VERL.txt", src / "gtpo_verl/config/REQUIRED_VERL.txt")
+    (src / "gtpo_verl" / "tools").mkdir()
+    for name in ("config/REQUIRED_VERL.txt", "tools/required_verl.py"):  # the pin and the parser setup.py reads it with
+        shutil.copy(REPO_ROOT / "gtpo_verl" / name, src / "gtpo_verl" / name)
     (src / "gtpo_verl/plugin/__init__.py").write_text("")
     (src / "gtpo_verl/plugin/registry.py").write_text("import verl\n\ndef check_registered():\n    assert verl.__version__\n")
     return wheels, src

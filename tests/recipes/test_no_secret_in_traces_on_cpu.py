@@ -14,7 +14,9 @@ from support.paths import REPO_ROOT as ROOT
 TOKEN = "f00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeed"
 SECRETS = {"RAY_AUTH_TOKEN": TOKEN, "WANDB_API_KEY": "wandbkey" + "0" * 32, "HF_TOKEN": "hf_" + "x" * 34}
 SCRIPTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "recipes").rglob("*") if p.suffix in (".sh", ".sbatch"))
-SOURCED = {"recipes/launch.sh", "recipes/dapo/common.sh", "recipes/gtpo_traj/common.sh"}  # run through the others
+SOURCED = {  # run through the others
+    "recipes/launch.sh", "recipes/common/trainer_tail.sh", "recipes/dapo/common.sh", "recipes/gtpo_traj/common.sh",
+}
 
 
 @pytest.fixture(scope="module")

@@ -194,13 +194,14 @@ def _requeued(calls):
 def test_watchdog_requeues_are_counted_apart_from_preemptions(stubs, tmp_path):
     text = (REPO_ROOT / SLURM).read_text()
     assert "#SBATCH --requeue" in text and "#SBATCH --open-mode=append" in text  # the log survives a requeue
-    assert "trainer.resume_mode=auto" in (REPO_ROOT / "recipes/dapo/common.sh").read_text()  # resumes on requeue
     count = tmp_path / "requeues" / "4242"
     # the job was preempted five times before: those restarts do not use up the watchdog's requeues
     for n in (1, 2, 3):
         proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=RECIPE,
                                  **slurm_env(tmp_path, STUB_PYTHON_EXIT=3, SLURM_RESTART_COUNT=4 + n))
         assert proc.returncode == 3 and f"(watchdog requeue {n} of 3; Slurm restarts so far: {4 + n})" in proc.stderr
+        (driver,) = [argv for tool, _, _, argv in calls if tool == "python3"]
+        assert "trainer.resume_mode=auto" in driver  # the requeued driver resumes from its last checkpoint
         assert _requeued(calls) == [["requeue", "4242"]] and count.read_text().strip() == str(n)
     proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=RECIPE,
                              **slurm_env(tmp_path, STUB_PYTHON_EXIT=3, SLURM_RESTART_COUNT=8))
@@ -228,6 +229,7 @@ NEVER_EMPTY = {
     "main": "launch_main assigns `python3 -m …` first",
     "cmd": "every LAUNCHER branch assigns it, or returns",
     "ALGORITHM_ARGS": "every run_*.sh assigns its algorithm block (test below)",
+    "TRAINER_TAIL": "recipes/common/trainer_tail.sh assigns its fifteen overrides",
 }
 BARE_ARRAY = re.compile(r'(?<![#!])\$\{([A-Za-z_]\w*)\[[@*]\](?![+:])')  # ${a[@]} / ${a[*]}, not ${#…}, ${!…}, slices, guards
 GUARDED = re.compile(r'\$\{([A-Za-z_]\w*)\[@\]\+"\$\{\1\[@\]\}"\}')

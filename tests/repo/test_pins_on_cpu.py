@@ -69,7 +69,8 @@ def test_gpu_pins_follow_verl():
     requires = importlib.metadata.requires("verl") or []
     assert f'TransferQueue>={minimum}; extra == "verl-core"' in requires
     assert tuple(map(int, gpu["transferqueue"].split("."))) >= preflight.MIN_TRANSFER_QUEUE
-    assert f"transformers=={gpu['transformers']}" in (ROOT / "gtpo_verl" / "config" / "REQUIRED_VERL.txt").read_text()
+    required = (ROOT / "gtpo_verl" / "config" / "REQUIRED_VERL.txt").read_text()
+    assert re.search(rf"^GPU_TRANSFORMERS={re.escape(gpu['transformers'])}$", required, re.M)
 
 
 def _shellcheck():
