@@ -15,7 +15,7 @@ if [ ! -x "$PY" ]; then
 fi
 # The venv records which pins (setup.py, and the verl pin it reads) it was built from; a change reinstalls.
 STAMP="$VENV/.gtpo_pins"
-WANT=$(cat "$PINS" setup.py gtpo_verl/config/REQUIRED_VERL.txt | sha256sum | cut -d' ' -f1)
+WANT=$(cat "$PINS" setup.py gtpo_verl/config/REQUIRED_VERL.txt gtpo_verl/tools/required_verl.py | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ] || ! "$PY" -c "import vllm, gtpo_verl" 2>/dev/null; then
   # CPU torch first and pinned: an unpinned torch pulls a multi-GB CUDA build
   "$PY" -m pip install -q -c "$PINS" "torch==2.13.0"

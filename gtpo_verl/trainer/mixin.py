@@ -12,10 +12,8 @@ pass); ``algorithm.adv_transforms`` applied to the advantages verl wrote and wri
 is kept in checkpoints.
 Validation adds unbiased pass@k and maj@n next to verl's bootstrap best@N (``_val_metrics_update``).
 
-verl internals relied on (check them on a verl upgrade): ``PPOTrainer._compute_advantage``,
-``_save_checkpoint``, ``_load_checkpoint``, ``on_init_end`` and ``_val_metrics_update``; ``TRAINER_REGISTRY`` /
-``get_trainer_cls``; ``TaskRunnerV1.run``; ``verl.workers.utils.padding.response_to_nested``; TQ field
-names ``entropy``, ``responses``, ``old_log_probs``, ``advantages``, ``returns``, ``response_mask`` and ``KVBatchMeta.tags[i]["is_padding"]``.
+The verl internals it overrides, patches, reads and calls are listed, complete, in docs/trainer.md
+(check them on a verl upgrade; a test keeps the list in step with this class).
 """
 
 from __future__ import annotations
