@@ -210,7 +210,7 @@ class _Shares:
             return
         segment_alpha = torch.tensor([alpha2, failure_alpha], dtype=self.dtype, device=self.table.device)
         segment_alpha = segment_alpha.repeat(self.table.shape[0] // 2).unsqueeze(-1)
-        self.alpha_table = self.table * segment_alpha
+        self.alpha_table = torch.mul(self.table, segment_alpha, out=fresh_output(self.table.shape, self.dtype, self.table.device))
         self.alpha_uniform = None if self.uniform is None else self.uniform * segment_alpha
 
     def apply_(self, x: torch.Tensor, block: slice, blocks: RowBlocks, *, scaled: bool = True) -> torch.Tensor:
@@ -236,10 +236,13 @@ def _column_share_scale_(column_sum: torch.Tensor, column_count: torch.Tensor):
     where a column is empty or all zero; returns ``(scale, uniform)``, ``uniform`` None unless
     some column with members sums to 0.
     """
-    all_zero = (column_count > 0) & (column_sum <= 0)
-    uniform = all_zero.to(column_sum.dtype) if bool(all_zero.any()) else None
-    scale = column_count.div_(column_sum).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)  # 0/0, d/0 → 0
-    return scale, uniform
+    scale = column_count.div_(column_sum)  # d/0 = inf on a column with members and Σx = 0, 0/0 = NaN on an empty one
+    uniform = None
+    infinite = torch.isinf(scale)
+    if bool(infinite.any()):  # rare: all-zero columns with members (or d/Σx overflowing, which is no all-zero column)
+        all_zero = infinite & (column_sum <= 0)
+        uniform = all_zero.to(column_sum.dtype) if bool(all_zero.any()) else None
+    return scale.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0), uniform
 
 
 def _share_tables_(column_sum: torch.Tensor, column_count: torch.Tensor):
@@ -262,8 +265,8 @@ def _entropy_pass(entropy, blocks, success, segment, num_segments, *, dtype, eps
     log_sums = None if column else torch.empty(batch, dtype=dtype, device=device)
     column_sum = column_count = None
     if column:
-        column_sum = torch.zeros(num_segments, width, dtype=dtype, device=device)
-        column_count = torch.zeros(num_segments, width, dtype=dtype, device=device)
+        column_sum = fresh_output((num_segments, width), dtype, device).zero_()
+        column_count = fresh_output((num_segments, width), dtype, device).zero_()
     if inverse:  # ε on failure rows; +inf on success rows, where mask / inf adds exactly 0
         inf = torch.tensor(float("inf"), dtype=dtype, device=device)
         offset = torch.where(success, inf, torch.tensor(epsilon, dtype=dtype, device=device)).unsqueeze(-1)
