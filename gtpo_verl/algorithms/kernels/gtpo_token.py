@@ -123,8 +123,9 @@ def gtpo_token_advantage(
 
     # the bonus coefficients: +α2 on share⁺ (S18); −1 (S26) or −α2 (v6 Eq. 5) on share⁻; 0 if unshaped
     _, failure_alpha = bonus_coefficients(alpha2=alpha2, negative_shaping=negative_shaping, variant=variant)
-    alpha = torch.tensor([alpha2, failure_alpha], dtype=torch.float64, device=device)[(~success).to(torch.int64)]  # (B,)
-    shares.times_alpha(alpha2, failure_alpha, alpha)
+    class_alpha = torch.tensor([alpha2, failure_alpha], dtype=torch.float64, device=device)  # O+, O−
+    alpha = class_alpha[segment % 2]  # (B,) each row's α
+    shares.times_alpha(class_alpha)
 
     if variant == "clipped_len":
         row_reward = overlong_length_penalty(
@@ -203,13 +204,12 @@ class _Shares:
         self.row_factor: torch.Tensor | None = None  # (B,) 1/GM per row (geometric shares)
         self.alpha_table = self.alpha_uniform = self.alpha_row_factor = None  # the same times α
 
-    def times_alpha(self, alpha2: float, failure_alpha: float, alpha: torch.Tensor) -> None:
-        """α · share: table rows 2g (O+) times α2, rows 2g + 1 (O−) times the failure α; or the row's α."""
+    def times_alpha(self, class_alpha: torch.Tensor) -> None:
+        """α · share, α = ``class_alpha[0]`` (α2) on O+ and ``class_alpha[1]`` on O−: table rows 2g and 2g + 1, or each row."""
         if self.table is None:
-            self.alpha_row_factor = (self.row_factor * alpha).to(self.dtype)
+            self.alpha_row_factor = (self.row_factor * class_alpha[self.segment % 2]).to(self.dtype)
             return
-        segment_alpha = torch.tensor([alpha2, failure_alpha], dtype=self.dtype, device=self.table.device)
-        segment_alpha = segment_alpha.repeat(self.table.shape[0] // 2).unsqueeze(-1)
+        segment_alpha = class_alpha.to(self.dtype).repeat(self.table.shape[0] // 2).unsqueeze(-1)
         self.alpha_table = torch.mul(self.table, segment_alpha, out=fresh_output(self.table.shape, self.dtype, self.table.device))
         self.alpha_uniform = None if self.uniform is None else self.uniform * segment_alpha
 
