@@ -69,7 +69,12 @@ class Candidate:
         """The (B, T) inputs of its traffic floor besides rewards and mask; None where no floor is stated."""
         if self.kind != "estimator" or self.transforms:
             return None
-        return ("entropys", "responses") if self.registry_name == "gtpo_traj" else ("entropys",) if self.ours else ()
+        if not self.ours:
+            return ()
+        from gtpo_verl.plugin.estimators import ESTIMATORS
+
+        row = ESTIMATORS[self.registry_name]
+        return (*row.inputs, *row.optional)  # what check_device's floor reads too
 
 
 _BASE = {"norm_adv_by_std_in_grpo": True}

@@ -19,6 +19,7 @@ from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage, succes
 from gtpo_verl.plugin.config import ConfigError, choice, number, select, weight
 from gtpo_verl.plugin.estimators.paper_b import PaperBBlock
 from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, EstimatorCall, success_failure
+from gtpo_verl.plugin.threads import one_cpu_thread
 
 NAME = "gtpo_token"  # algorithm.adv_estimator=gtpo_token
 
@@ -99,11 +100,13 @@ def _run(block: GTPOTokenConfig, batch: EstimatorBatch):
 def _metrics(call: EstimatorCall, counts, success, failure, real) -> dict[str, float]:
     """The success tokens' entropy shares (S18): their mean is 1 by conservation; std and max show concentration.
 
-    From the fused call's own share tables (``success_share_rows``: one blocked pass), over the real O+ rows.
+    From the fused call's own share tables (``success_share_rows``: one blocked pass on one CPU thread, as
+    the estimator ran), over ``success``, the real O+ rows.
     """
-    rows = success_share_rows(call.result, call.batch.response_mask, entropy=call.batch.entropys)
-    keep = (success & real & call.result.success).to(torch.float64)
-    tokens = float((counts.to(torch.float64) * keep).sum())
+    with torch.no_grad(), one_cpu_thread(call.batch.response_mask):
+        rows = success_share_rows(call.result, call.batch.response_mask, entropy=call.batch.entropys)
+    keep = success.to(torch.float64)
+    tokens = float((counts * keep).sum())
     if not tokens:
         return {"bonus_share/mean": 0.0, "bonus_share/std": 0.0, "bonus_share/max": 0.0}
     mean = float((rows[:, 0] * keep).sum()) / tokens
