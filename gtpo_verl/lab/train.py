@@ -242,8 +242,7 @@ def train_run(
             token_level_rewards[torch.arange(len(lengths)), lengths - 1] = rewards  # verl: score on the last valid token
             uids = np.repeat(np.array([f"{step}-{g}" for g in kept_groups], dtype=object), group)
             old_log_probs_t = old_log_probs[train]
-            adv = advantage_step(token_level_rewards, mask_t, uids, entropys[train], responses_t, old_log_probs_t,
-                                 initial_entropy)
+            adv = advantage_step(token_level_rewards, mask_t, uids, entropys[train], responses_t, old_log_probs_t)
             metrics.update(adv.metrics)
             if method.estimator == GTPO_TOKEN.name and roles is not None:
                 share, token_share = gtpo_bonus_shares(entropys[train], mask_t, rewards > 0, roles[train], group)

@@ -45,6 +45,7 @@ class AdvantageStep:
     method: Method
     algorithm: Any  # the algorithm DictConfig verl hands the estimator
     settings: Any  # trainer.advantage_steps.AdvantageSettings
+    initial_entropy: Optional[float] = None  # ⟨H⟩_ini: in ``algorithm`` (δ's threshold) and bound for the estimator
 
     @classmethod
     def prepare(cls, method: Method, initial_entropy: Optional[float] = None, diagnostics: bool = True) -> "AdvantageStep":
@@ -57,7 +58,8 @@ class AdvantageStep:
         config = OmegaConf.create({"algorithm": {**OmegaConf.to_container(algorithm),
                                                  "adv_transforms": [dict(t) for t in method.transforms]},
                                    "gtpo": {"diagnostics": diagnostics}})
-        return cls(method=method, algorithm=algorithm, settings=AdvantageSettings.from_config(config))
+        return cls(method=method, algorithm=algorithm, settings=AdvantageSettings.from_config(config),
+                   initial_entropy=initial_entropy)
 
     def __call__(
         self,
@@ -67,7 +69,6 @@ class AdvantageStep:
         entropys: torch.Tensor,
         responses: torch.Tensor,
         old_log_probs: torch.Tensor,
-        initial_entropy: Optional[float] = None,
     ) -> Advantages:
         """Advantages ``(B, T)`` through verl's registry and our transforms, plus our ``gtpo/*`` health metrics."""
         from verl.trainer.ppo import core_algos
@@ -92,7 +93,7 @@ class AdvantageStep:
             return estimator_fn(token_level_rewards=token_level_rewards, response_mask=response_mask,
                                 config=self.algorithm, index=uids)[0]
 
-        advantages, call = run_estimator(settings, verl_call, inputs, initial_entropy)
+        advantages, call = run_estimator(settings, verl_call, inputs, self.initial_entropy)
         metrics: dict[str, float] = {}
         if settings.diagnostics:
             real = torch.ones(response_mask.shape[0], dtype=torch.bool)

@@ -28,7 +28,7 @@ def _lab_advantages(method, step, initial_entropy=None):
     old_log_probs = torch.zeros_like(step["entropys"])
     return AdvantageStep.prepare(method, initial_entropy)(
         step["token_level_rewards"], step["response_mask"], np.array(step["uids"], dtype=object), step["entropys"],
-        step["responses"], old_log_probs, initial_entropy).advantages
+        step["responses"], old_log_probs).advantages
 
 
 def test_real_step_advantages_match_what_verl_stored(step):

@@ -63,7 +63,7 @@ def test_the_mixin_and_the_lab_give_the_same_advantages_and_metrics(transfer_que
     initial = trainer.gtpo_state.initial_entropy  # the gate's ⟨H⟩_ini (gtpo_traj paper preset), measured by the mixin
     lab = AdvantageStep.prepare(method, initial)(
         direct["token_level_rewards"], direct["response_mask"], direct["index"], direct["entropys"],
-        direct["responses"], direct["old_log_probs"], initial,
+        direct["responses"], direct["old_log_probs"],
     )
     width = fields["advantages"].shape[1]
     torch.testing.assert_close(fields["advantages"], lab.advantages[:, :width], atol=0, rtol=0)
