@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from gtpo_verl.lab.stats import mean_and_sample_std
+
 CURVE_FIGURES = ("reward", "entropy", "entropy_decision", "entropy_forced", "length", "kept_groups", "prompts_sampled", "clipfrac")
 VALIDATION_FIGURES = ("pass@1", "pass@16")
 MOVING_MEAN = 10
@@ -102,11 +104,11 @@ def markdown_table(payload: dict[str, Any]) -> str:
                 continue
 
             def stat(name, digits=3):
-                values = np.array([e.get(name, float("nan")) for e in ends.values()], dtype=np.float64)
-                if not np.isfinite(values).any():
+                spread = mean_and_sample_std([e.get(name) for e in ends.values()])
+                if spread["mean"] is None:
                     return "–"
-                sd = np.nanstd(values, ddof=1) if np.isfinite(values).sum() > 1 else float("nan")
-                return f"{_fmt(float(np.nanmean(values)), digits)} ± {_fmt(sd, digits)}"
+                sd = float("nan") if spread["std"] is None else spread["std"]
+                return f"{_fmt(spread['mean'], digits)} ± {_fmt(sd, digits)}"
 
             def run_mean(name, digits=3):
                 values = [np.nanmean(r["curves"][name]) for r in by_key[key] if np.isfinite(r["curves"].get(name, [np.nan])).any()]
