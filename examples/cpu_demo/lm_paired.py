@@ -14,10 +14,11 @@ seed. Endpoints per run, fixed before reading the numbers:
 - ``entropy``: token-mean old-policy entropy (``gtpo/entropy/batch_mean``) over the second half;
 - ``length``: mean response length over the second half.
 
-Per comparison and endpoint: the paired differences, the exact Wilcoxon signed-rank and sign tests,
-a seeded bootstrap 95 % interval of the mean difference and the seeds 80 % power would need at the
-observed effect and spread (``gtpo_verl.lab.stats``); Holm over every test of the run. With n
-seeds no two-sided exact test can go below 2/2ⁿ, which is stated with the results.
+Per comparison and endpoint: the lab's paired row (``gtpo_verl.lab.verdicts.paired_row``: the
+exact Wilcoxon signed-rank and sign tests, a seeded bootstrap 95 % interval of the mean difference,
+the smallest p the seeds allow), Holm over every row of the run with the seeds 80 % power would
+need at α / m, and the lab's two-sided verdict. With n seeds no two-sided exact test can go below
+2/2ⁿ, which is stated with the results.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ sys.path.insert(0, HERE)
 COMPARISONS = (("DAPO_TOKEN", "DAPO"), ("GTPO_TRAJ_SCALED", "GTPO_TRAJ"))
 ENDPOINTS = ("reward_change", "val_mean@4", "entropy", "length")
 VAL_KEY = "val-core/openai/gsm8k/acc/mean@4"
-BOOTSTRAP_SEED = 12345
+TASK = "arithmetic"  # run_lm_demo's one task (the seeded arithmetic task)
 
 
 def endpoints(record: dict) -> dict[str, float]:
@@ -71,27 +72,16 @@ def collect(summaries: list[str]) -> dict:
 
 
 def score(table: dict) -> dict:
-    from gtpo_verl.lab.stats import (
-        bootstrap_mean_ci, holm, nonzero_differences, seeds_for_power, sign_test, smallest_exact_p, wilcoxon_signed_rank,
-    )
+    """Every comparison × endpoint as the lab's paired row (``gtpo_verl.lab.verdicts``), Holm over all of them."""
+    from gtpo_verl.lab.stats import wilcoxon_signed_rank
+    from gtpo_verl.lab.verdicts import difference_verdict, holm_family, paired_row
 
-    rows = []
-    for method, baseline in COMPARISONS:
-        a, b = table.get(method, {}), table.get(baseline, {})
-        seeds = sorted(set(a) & set(b))
-        for endpoint in ENDPOINTS:
-            pairs = [s for s in seeds if endpoint in a[s] and endpoint in b[s]]
-            if not pairs:
-                continue
-            d = np.array([a[s][endpoint] - b[s][endpoint] for s in pairs])
-            rows.append({"method": method, "baseline": baseline, "endpoint": endpoint, "seeds": pairs,
-                         "differences": d.tolist(), "mean_difference": float(d.mean()),
-                         "ci95": list(bootstrap_mean_ci(d, seed=BOOTSTRAP_SEED)),
-                         "p_wilcoxon": wilcoxon_signed_rank(d), "p_sign": sign_test(d),
-                         "smallest_possible_p": smallest_exact_p(len(nonzero_differences(d))),
-                         "seeds_needed_80pct_power": seeds_for_power(d) if len(pairs) > 1 else None})
-    for row, adjusted in zip(rows, holm([r["p_wilcoxon"] for r in rows])):
-        row["p_holm"] = adjusted
+    by_key = {(TASK, method): seeds for method, seeds in table.items()}
+    rows = [row for method, baseline in COMPARISONS for endpoint in ENDPOINTS
+            if (row := paired_row(by_key, TASK, method, baseline, endpoint)) is not None]
+    holm_family(rows)
+    for row in rows:
+        row["verdict"] = difference_verdict(row["p_holm"], row["mean_difference"])
     changes = [e["reward_change"] for m in table.values() for e in m.values() if "reward_change" in e]
     rise = {"runs": len(changes), "rose": int(sum(c > 0 for c in changes)), "mean_change": float(np.mean(changes)) if changes else None,
             "p_wilcoxon_vs_0": wilcoxon_signed_rank(changes) if changes else None}
@@ -99,7 +89,9 @@ def score(table: dict) -> dict:
 
 
 def render(result: dict) -> str:
-    """Markdown: per run its endpoints, then per comparison and endpoint the paired test."""
+    """Markdown: per run its endpoints, then the paired rows as the lab's family table."""
+    from gtpo_verl.lab.report import family_table
+
     lines = ["| method | seed | steps | reward change | validation mean@4 | token-mean H (2nd half) | length (2nd half) |",
              "|---" * 7 + "|"]
     fmt = lambda v, d=3: "–" if v is None else f"{v:.{d}f}"  # noqa: E731
@@ -107,14 +99,9 @@ def render(result: dict) -> str:
         for seed, e in sorted(seeds.items(), key=lambda kv: int(kv[0])):
             lines.append(f"| {method} | {seed} | {e['steps']} | {fmt(e.get('reward_change'))} | {fmt(e.get('val_mean@4'))} "
                          f"| {fmt(e.get('entropy'), 2)} | {fmt(e.get('length'), 1)} |")
-    lines += ["", "| comparison | endpoint | seeds | differences | mean [bootstrap 95 %] | p Wilcoxon / sign (Holm) "
-              "| smallest p possible | seeds for 80 % power |", "|---" * 8 + "|"]
-    for r in result["comparisons"]:
-        lines.append(f"| {r['method']} − {r['baseline']} | {r['endpoint']} | {len(r['seeds'])} "
-                     f"| {', '.join(f'{d:+.3f}' for d in r['differences'])} | {r['mean_difference']:+.3f} "
-                     f"[{r['ci95'][0]:+.3f}, {r['ci95'][1]:+.3f}] | {r['p_wilcoxon']:.2f} / {r['p_sign']:.2f} ({r['p_holm']:.2f}) "
-                     f"| {r['smallest_possible_p']:.2f} | {r['seeds_needed_80pct_power'] if r['seeds_needed_80pct_power'] is not None else '–'} |")
-    return "\n".join(lines)
+    differences = ("per-seed differences", lambda row: ", ".join(f"{d:+.3f}" for d in row["per_seed_difference"]))
+    lines += [""] + family_table("", result["comparisons"], claim_column=False, extra_columns=(differences,))[2:]
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out.endswith(".json"):
             with open(args.out, "w") as f:
                 f.write(json.dumps(result, indent=1) + "\n")
-        print(render(result))
+        print(render(result), end="")
         return 0
     import run_lm_demo
 

@@ -182,7 +182,16 @@ def _row(task: str, method: str, baseline: str, endpoint: str, seeds: list, d: n
             "ci95": list(bootstrap_mean_ci(d, seed=BOOTSTRAP_SEED)), "paired_seeds": list(seeds), "per_seed": [float(x) for x in d]}
 
 
-def _holm(family: list[dict]) -> None:
+def paired_row(table: dict, task: str, method: str, baseline: str, endpoint: str) -> dict[str, Any] | None:
+    """The paired comparison ``method − baseline`` on ``endpoint`` (``endpoint_table``'s form), tested by the
+    fixed rule; None when no seed has both. ``holm_family`` completes a family of such rows."""
+    seeds, d = _paired(table, task, method, baseline, endpoint)
+    return _row(task, method, baseline, endpoint, seeds, d) if seeds else None
+
+
+def holm_family(family: list[dict]) -> None:
+    """Holm over one family of ``paired_row`` rows (in place): ``p_holm``, the rounded per-seed differences
+    and the seeds 80 % power would need at α / (family size)."""
     for row, adjusted in zip(family, holm([row["p"] for row in family])):
         row["p_holm"] = adjusted
     for row in family:
@@ -216,13 +225,12 @@ def score_claims(table: dict, tasks: list[str], claims) -> list[dict[str, Any]]:
     rows = []
     for task in tasks:
         for claim in claims:
-            seeds, d = _paired(table, task, claim.method, claim.baseline, claim.endpoint)
-            if seeds:
-                signed = nonzero_differences(d) * claim.direction
+            row = paired_row(table, task, claim.method, claim.baseline, claim.endpoint)
+            if row is not None:
+                signed = nonzero_differences(row["per_seed"]) * claim.direction
                 rows.append({"id": claim.id, "paper": claim.paper, "claim": claim.text, "direction": claim.direction,
-                             **_row(task, claim.method, claim.baseline, claim.endpoint, seeds, d),
-                             "seeds_as_claimed": int((signed > 0).sum()), "seeds_against": int((signed < 0).sum())})
-    _holm(rows)
+                             **row, "seeds_as_claimed": int((signed > 0).sum()), "seeds_against": int((signed < 0).sum())})
+    holm_family(rows)
     for row in rows:
         row["verdict"] = claim_verdict(row["p_holm"], row["mean_difference"], row["direction"])
     return rows
@@ -237,11 +245,11 @@ def verdicts(runs: list[dict]) -> dict[str, Any]:
     for task in tasks:
         for name, comparisons in TWO_SIDED_FAMILIES.items():
             for method, baseline, endpoint in comparisons:
-                seeds, d = _paired(table, task, method, baseline, endpoint)
-                if seeds:
-                    families[name].append(_row(task, method, baseline, endpoint, seeds, d))
+                row = paired_row(table, task, method, baseline, endpoint)
+                if row is not None:
+                    families[name].append(row)
     for family in families.values():
-        _holm(family)
+        holm_family(family)
         for row in family:
             row["verdict"] = difference_verdict(row["p_holm"], row["mean_difference"])
     states = {f"{task}/{method}": dict(Counter(e["end_state"] for e in seeds.values())) for (task, method), seeds in sorted(table.items())}

@@ -276,6 +276,8 @@ def test_paired_endpoints_and_scoring_by_hand(tmp_path):
         (run_dir / "summary.json").write_text(json.dumps(summary))
     result = lm_paired.score(lm_paired.collect([str(tmp_path / "seed0"), str(tmp_path / "seed1")]))
     val = next(r for r in result["comparisons"] if r["endpoint"] == "val_mean@4")
-    assert val["seeds"] == [0, 1] and val["differences"] == pytest.approx([0.1, 0.2])
-    assert val["p_wilcoxon"] == 0.5 and val["smallest_possible_p"] == 0.5  # 2 seeds: 2/2² at best
+    assert val["paired_seeds"] == [0, 1] and val["per_seed_difference"] == pytest.approx([0.1, 0.2])
+    assert val["test"] == "exact Wilcoxon signed-rank" and val["p"] == 0.5 and val["smallest_p"] == 0.5  # 2 seeds: 2/2² at best
+    assert val["verdict"] == "no difference detected"
     assert result["reward_rise_all_runs"]["rose"] == 4
+    assert "| DAPO_TOKEN | DAPO | arithmetic | val_mean@4 | 2 | exact Wilcoxon signed-rank |" in lm_paired.render(result)
