@@ -183,13 +183,13 @@ def run_endpoints(record: dict, val_n: int) -> dict[str, float]:
     return out
 
 
-def summarize(runs: dict, val_n: int) -> dict:
-    """Per method, mean ± sample std (ddof = 1) over seeds of every run endpoint (run_endpoints)."""
+def summarize(table: dict) -> dict:
+    """Per method, mean ± sample std (ddof = 1) over seeds of every run endpoint (``endpoint_table``'s form)."""
     summary = {}
-    for method, seeds in runs.items():
+    for (_, method), seeds in table.items():
         cols: dict[str, list[float]] = {}
-        for record in seeds.values():
-            for name, value in run_endpoints(record, val_n).items():
+        for endpoints in seeds.values():
+            for name, value in endpoints.items():
                 cols.setdefault(name, []).append(value)
         summary[method] = {name: mean_and_sample_std(values) for name, values in cols.items()}
     return summary
@@ -230,7 +230,7 @@ def endpoint_table(runs: dict, val_n: int) -> dict:
 ENTROPY_LOSS = 1 / 3  # "lost a third of its entropy": 1 − last 20 % / first 20 % ≥ this (token-mean entropy)
 
 
-def run_signatures(runs: dict, val_n: int) -> dict:
+def run_signatures(runs: dict, table: dict, val_n: int) -> dict:
     """Per method and seed, the two collapse signatures read on the token-mean entropy
     (``gtpo/entropy/batch_mean``, one aggregation for every method) over the first → last 20 % of steps:
     ``entropy_collapse`` (lost ≥ ENTROPY_LOSS of it) and ``flattening`` (Paper A's policy collapse: entropy
@@ -241,7 +241,7 @@ def run_signatures(runs: dict, val_n: int) -> dict:
     for method, seeds in runs.items():
         per_seed = {}
         for s, record in seeds.items():
-            e = run_endpoints(record, val_n)
+            e = table[TASK, method][s]
             first, last = e.get("token_mean_entropy first 20%"), e.get("token_mean_entropy last 20%")
             dr = e["reward last 20%"] - e["reward first 20%"] if "reward last 20%" in e else None
             de = last - first if first is not None and last is not None else None
@@ -266,14 +266,14 @@ def run_signatures(runs: dict, val_n: int) -> dict:
     return out
 
 
-def scored_claims(runs: dict, val_n: int) -> dict:
+def scored_claims(runs: dict, val_n: int, table: dict | None = None) -> dict:
     """Every claim in CLAIMS scored by the lab's rule (``gtpo_verl.lab.verdicts.score_claims``): per-seed
     endpoints paired by seed, zero differences dropped, the exact two-sided Wilcoxon signed-rank test (the
     sign test alongside), Holm across the claims, the mean paired difference with a seeded bootstrap 95 %
     interval. Each row adds the per-seed values and the minimum detectable effect at 80 % power from the
     seed spread of its endpoint pooled over methods. Plus the std-gap rule's flags on the step-0 pass@1
     pairs (same model, no update) and its rate on no difference."""
-    table = endpoint_table(runs, val_n)
+    table = endpoint_table(runs, val_n) if table is None else table
     rows = score_claims(table, [TASK], study_claims(val_n))
     for row in rows:
         method, baseline, endpoint = table[TASK, row["method"]], table[TASK, row["baseline"]], row["endpoint"]
@@ -287,7 +287,7 @@ def scored_claims(runs: dict, val_n: int) -> dict:
     pairs = [(a, b) for i, a in enumerate(methods) for b in methods[i + 1:]]
     seeds = max((len(s) for s in runs.values()), default=0)
     return {
-        "runs": run_signatures(runs, val_n),
+        "runs": run_signatures(runs, table, val_n),
         "rule": "the lab's rule (gtpo_verl/lab/verdicts.py): per-seed endpoints paired by seed, zero differences "
                 "dropped; exact two-sided Wilcoxon signed-rank (sign test alongside); Holm across the claims; supported "
                 f"or contradicted (by the sign of the mean paired difference) when Holm p < {ALPHA}, else inconclusive; "
@@ -326,8 +326,9 @@ def write_outputs(results: dict, out: str, val_n: int, figures: bool = True) -> 
     """Summary (mean ± sample std) and verdicts from results["runs"]; writes results.json, table.md,
     verdicts.md and figures.png into ``out``."""
     runs = results["runs"]
-    results["summary"] = summarize(runs, val_n)
-    results["verdicts"] = scored_claims(runs, val_n)
+    table = endpoint_table(runs, val_n)  # every run's endpoints, once
+    results["summary"] = summarize(table)
+    results["verdicts"] = scored_claims(runs, val_n, table)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)

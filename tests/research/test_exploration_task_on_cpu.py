@@ -77,7 +77,7 @@ def test_study_aggregates_a_real_cpu_run():
         assert val["pass@1"] == pytest.approx(val["mean@16"])
         assert all(a >= b - 1e-9 for a, b in zip(val["pass@16"], val["best@16"]))  # unbiased ≥ bootstrap
         assert train["step"] and all(isinstance(v, float) for v in train["reward"] + train["actor_entropy"])
-    summary = study.summarize({"M": {"0": record}}, 16)["M"]
+    summary = study.summarize(study.endpoint_table({"M": {"0": record}}, 16))["M"]
     assert summary["final pass@16"]["seeds"] == 1
     table = study_report.markdown_table({"M": summary}, 16).splitlines()
     assert len(table) == 3 and table[2].startswith("| M | 1 | ")
