@@ -42,7 +42,6 @@ class TokenShaping(NamedTuple):
     advantages: torch.Tensor
     success: torch.Tensor  # (B,) bool, O+ membership
     mean_entropy: torch.Tensor  # (B,) masked mean old-policy entropy
-    share_stats: torch.Tensor | None = None  # (sum, sum of squares, max) of the success tokens' shares
     shares: object | None = None  # the fused call's share tables (not a tensor): ``kernels.gtpo_token.success_share_rows``
 
 

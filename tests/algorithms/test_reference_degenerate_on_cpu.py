@@ -50,7 +50,7 @@ def _degenerate_batch(mixed_empty: bool, zero_entropy_everywhere: bool = False):
 def _finite_and_masked(res, mask):
     m = mask.numpy() == 0
     for name, v in res._asdict().items():
-        if v is None or name == "shares":  # share_stats not requested; the fused call's share tables
+        if v is None or name == "shares":  # the fused call's share tables (not a tensor)
             continue
         a = as_numpy(v)
         assert np.isfinite(a).all() if a.dtype.kind == "f" else True, f"{name} not finite: {a}"

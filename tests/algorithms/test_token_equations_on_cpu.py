@@ -189,10 +189,14 @@ def test_share_stats_equal_the_readable_shares_in_any_blocking(monkeypatch):
     """The diagnostics' (Σ, Σ², max) of the success tokens' shares: fused, in two blockings, and from the equations."""
     entropy, mask, scores, group_ids, k = _batch(dtype=torch.float64)
     kwargs = _kwargs(True, "base", "column", "two_zero_filled")
-    stats = [gtpo_token_advantage(mask, scores, group_ids, k, entropy=entropy, return_share_stats=True, **kwargs).share_stats]
+    def share_stats():
+        rows = fused.success_share_rows(gtpo_token_advantage(mask, scores, group_ids, k, entropy=entropy, **kwargs),
+                                        mask, entropy=entropy)
+        return torch.stack([rows[:, 0].sum(), rows[:, 1].sum(), rows[:, 2].max()])
+
+    stats = [share_stats()]
     monkeypatch.setattr(blocks, "CPU_BLOCK_ELEMENTS", 1)
-    stats.append(gtpo_token_advantage(mask, scores, group_ids, k, entropy=entropy, return_share_stats=True,
-                                      **kwargs).share_stats)
+    stats.append(share_stats())
     torch.testing.assert_close(stats[0], stats[1])
     valid = mask > 0
     on_success = (valid & (scores > 0).unsqueeze(-1)).to(torch.float64)

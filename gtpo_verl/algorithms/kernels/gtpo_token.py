@@ -62,7 +62,6 @@ def gtpo_token_advantage(
     uniform_outcome_groups: str = "keep",
     std_unbiased: bool = True,
     epsilon: float = 1e-6,
-    return_share_stats: bool = False,
 ) -> TokenShaping:
     """Return GTPO token advantages: entropy-shaped token rewards, z-scored per group.
 
@@ -90,7 +89,6 @@ def gtpo_token_advantage(
         group_ids: ``(B,)`` int64 in [0, K); ``num_groups`` = K.
         entropy: ``(B, T)`` old-policy per-token entropy H_{i,t} (detached; float). Values
             below 0 (floating-point rounding) are taken as 0.
-        return_share_stats: also return (Σ, Σ², max) of the success tokens' entropy shares.
         uniform_outcome_groups: ``keep`` applies the formulas to all-success / all-failure
             groups too (zero-mean entropy redistribution); ``zero_adv`` gives them 0, as
             verl's GRPO does. DAPO's dynamic sampling removes such groups beforehand.
@@ -160,14 +158,7 @@ def gtpo_token_advantage(
     # pass 3: ÷ (std + ε) of the row's set  (S21, S28-S30)
     row_scale = set_row_scale(row_sq_dev, set_mean, sets, unbiased=std_unbiased, epsilon=epsilon, keep_rows=keep_rows)
     out.mul_(row_scale.to(dtype).unsqueeze(-1))
-    result = TokenShaping(
-        advantages=out, success=success, mean_entropy=entropy_sums / counts.clamp_min(1), shares=shares
-    )
-    if return_share_stats:
-        rows = success_share_rows(result, response_mask, entropy=entropy)
-        largest = rows[:, 2].amax() if rows.shape[0] else rows.new_zeros(())
-        result = result._replace(share_stats=torch.stack([rows[:, 0].sum(), rows[:, 1].sum(), largest]))
-    return result
+    return TokenShaping(advantages=out, success=success, mean_entropy=entropy_sums / counts.clamp_min(1), shares=shares)
 
 
 def success_share_rows(result: TokenShaping, response_mask: torch.Tensor, *, entropy: torch.Tensor) -> torch.Tensor:

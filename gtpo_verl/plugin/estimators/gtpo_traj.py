@@ -162,7 +162,7 @@ def _check(config, block: GTPOTrajConfig, warn) -> None:
             )
 
 
-def _differentiable_entropy_coeff(config, block: GTPOTrajConfig) -> float:
+def _differentiable_entropy_coeff(block: GTPOTrajConfig) -> float:
     """S17's −γ⟨H⟩ term on verl's own entropy term: ``actor.entropy_coeff = −γ``.
 
     verl's ``ppo_loss`` subtracts ``entropy_coeff · agg_loss(H)`` with the current-policy
@@ -174,7 +174,7 @@ def _differentiable_entropy_coeff(config, block: GTPOTrajConfig) -> float:
 
 def _derive(config, block: GTPOTrajConfig) -> dict[str, Any]:
     """``actor.entropy_coeff = −γ`` for the differentiable regulariser, where it is left at 0 (``derive_config``)."""
-    target = _differentiable_entropy_coeff(config, block)
+    target = _differentiable_entropy_coeff(block)
     coeff = float(select(config, "actor_rollout_ref.actor.entropy_coeff", 0.0))
     if block.entropy_reg_mode == "differentiable" and coeff == 0.0 and target != 0.0:
         return {"actor_rollout_ref.actor.entropy_coeff": target}
@@ -182,7 +182,7 @@ def _derive(config, block: GTPOTrajConfig) -> dict[str, Any]:
 
 
 def _check_differentiable_entropy(config, block: GTPOTrajConfig) -> None:
-    target = _differentiable_entropy_coeff(config, block)
+    target = _differentiable_entropy_coeff(block)
     coeff = float(select(config, "actor_rollout_ref.actor.entropy_coeff", 0.0))
     if abs(coeff - target) > 1e-12:
         raise ConfigError(
