@@ -18,25 +18,23 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-# the estimator keywords of the per-token inputs (plugin/extensions.py INPUT_FIELDS) and ⟨H⟩_ini
-BOUND_DATA = ("entropys", "responses", "old_log_probs", "initial_entropy")
+# the per-token inputs an estimator may declare: estimator keyword → TransferQueue field of verl 0.9.1's V1 trainer
+INPUT_FIELDS = {"entropys": "entropy", "responses": "responses", "old_log_probs": "old_log_probs"}
+BOUND_DATA = (*INPUT_FIELDS, "initial_entropy")  # the per-token inputs and ⟨H⟩_ini
 
 _ESTIMATOR_INPUTS: ContextVar[dict[str, Any] | None] = ContextVar("gtpo_estimator_inputs", default=None)
 _ESTIMATOR_OUTPUTS: ContextVar[dict[str, Any] | None] = ContextVar("gtpo_estimator_outputs", default=None)
 
 
 @contextmanager
-def bind_estimator_inputs(
-    *,
-    entropys: Optional[torch.Tensor] = None,
-    responses: Optional[torch.Tensor] = None,
-    old_log_probs: Optional[torch.Tensor] = None,
-    initial_entropy: Optional[float] = None,
-) -> Iterator[dict[str, Any]]:
-    """Bind the data verl cannot forward (``BOUND_DATA``); yields a dict the estimator fills with its result."""
-    inputs = dict(entropys=entropys, responses=responses, old_log_probs=old_log_probs, initial_entropy=initial_entropy)
+def bind_estimator_inputs(**data: Optional[torch.Tensor | float]) -> Iterator[dict[str, Any]]:
+    """Bind the data verl cannot forward (keywords from ``BOUND_DATA``; None = not bound); yields a dict the
+    estimator fills with its result. Any other keyword (a control flag) is a ``TypeError``."""
+    unknown = sorted(set(data) - set(BOUND_DATA))
+    if unknown:
+        raise TypeError(f"{unknown} are not data bound for estimators (flags are arguments); bound data: {list(BOUND_DATA)}")
     outputs: dict[str, Any] = {}
-    in_token = _ESTIMATOR_INPUTS.set({k: v for k, v in inputs.items() if v is not None})
+    in_token = _ESTIMATOR_INPUTS.set({k: v for k, v in data.items() if v is not None})
     out_token = _ESTIMATOR_OUTPUTS.set(outputs)
     try:
         yield outputs

@@ -32,11 +32,9 @@ import torch
 
 from gtpo_verl.plugin.threads import one_cpu_thread
 from gtpo_verl.plugin.config import ConfigError, check_entries, to_dict, to_list
-from gtpo_verl.plugin.context import bound_estimator_input, record_estimator_output
+from gtpo_verl.plugin.context import INPUT_FIELDS, bound_estimator_input, record_estimator_output
 from gtpo_verl.plugin.finite import check_finite
 
-# estimator keyword → TransferQueue field of verl 0.9.1's V1 trainer
-INPUT_FIELDS = {"entropys": "entropy", "responses": "responses", "old_log_probs": "old_log_probs"}
 FLOAT_INPUTS = ("entropys", "old_log_probs")  # checked for NaN/Inf at valid positions before any use
 CALLED = "estimator_called"  # key of the context's outputs: the name verl called through its registry
 
