@@ -55,7 +55,7 @@ def estimator_call(label: str, batch) -> Callable[[], torch.Tensor]:
     block = row.config.from_dict(overrides)
 
     def run() -> torch.Tensor:
-        inputs = EstimatorBatch.build(label, batch.token_level_rewards, batch.response_mask, batch.uids,
+        inputs = EstimatorBatch.build(label, batch.token_level_rewards.sum(-1), batch.response_mask, batch.uids,
                                       entropys=batch.entropys, responses=batch.responses)
         return row.run(block, inputs).advantages
 

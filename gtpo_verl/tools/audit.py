@@ -45,8 +45,8 @@ def recompute_advantages(record: dict) -> torch.Tensor:
     row = ESTIMATORS.get(estimator)
     if row is None:
         raise ValueError(f"{estimator!r} is not one of gtpo_verl's estimators {list(ESTIMATORS)}")
-    batch = EstimatorBatch.build(  # a (B, 1) "token reward" per row: its sum is the dumped score
-        f"the audit of step {record['step']}", record["scores"].unsqueeze(-1), record["response_mask"], record["uids"],
+    batch = EstimatorBatch.build(
+        f"the audit of step {record['step']}", record["scores"], record["response_mask"], record["uids"],
         record["initial_entropy"], entropys=record["entropys"], responses=record["responses"],
     )
     block = row.config.from_algorithm_config(OmegaConf.create(record["algorithm"]))

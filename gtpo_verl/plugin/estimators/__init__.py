@@ -53,7 +53,8 @@ def _verl_adapter(row: Estimator) -> Callable:
         block = row.config.from_algorithm_config(config)
         if initial_entropy is None:
             initial_entropy = bound_estimator_input("initial_entropy")
-        batch = EstimatorBatch.build(owner, token_level_rewards, response_mask, index, initial_entropy, **inputs)
+        scores = token_level_rewards.sum(-1)  # verl's outcome reward sits on each response's last token
+        batch = EstimatorBatch.build(owner, scores, response_mask, index, initial_entropy, **inputs)
         with torch.no_grad(), one_cpu_thread(response_mask):
             result = row.run(block, batch)
         record_estimator_output(row.name, EstimatorCall(row.name, block, batch, result))

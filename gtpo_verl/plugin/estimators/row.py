@@ -35,15 +35,16 @@ class EstimatorBatch:
         return value
 
     @classmethod
-    def build(cls, owner: str, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
+    def build(cls, owner: str, sequence_scores: torch.Tensor, response_mask: torch.Tensor, index,
               initial_entropy: Optional[float] = None, **inputs: Optional[torch.Tensor]) -> "EstimatorBatch":
-        """The batch from verl's arguments (rewards, mask, uids) and the resolved inputs: the one place it is built."""
+        """The batch from the ``(B,)`` outcome scores (verl's token rewards summed), the mask, the uids and the
+        resolved inputs: the one place it is built."""
         if index is None:
             raise ValueError(f"{owner} needs `index` (the uid of each response's prompt).")
         group_ids, num_groups = group_ids_from_uids(index)
         if group_ids.numel() != response_mask.shape[0]:
             raise ValueError(f"{owner}: {group_ids.numel()} uids for {response_mask.shape[0]} responses.")
-        return cls(owner=owner, response_mask=response_mask, sequence_scores=token_level_rewards.sum(-1),
+        return cls(owner=owner, response_mask=response_mask, sequence_scores=sequence_scores,
                    group_ids=group_ids, num_groups=num_groups, entropys=inputs.get("entropys"),
                    responses=inputs.get("responses"), initial_entropy=initial_entropy)
 
