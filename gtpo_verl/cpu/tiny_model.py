@@ -106,11 +106,15 @@ def warm_start(
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps) if cosine else None
     model.train()
+    prompt_ids_of: dict[str, list[int]] = {}  # each prompt through the chat template once
     loss_value = float("nan")
     for _ in range(steps):
         inputs, labels = [], []
         for _ in range(batch):
-            prompt_ids = chat_prompt_ids(tokenizer, rng.choice(prompts))
+            prompt = rng.choice(prompts)
+            if prompt not in prompt_ids_of:
+                prompt_ids_of[prompt] = chat_prompt_ids(tokenizer, prompt)
+            prompt_ids = prompt_ids_of[prompt]
             answer_ids = tokenizer.encode(response(rng)) + [tokenizer.eos_token_id]
             inputs.append(prompt_ids + answer_ids)
             labels.append([-100] * len(prompt_ids) + answer_ids)
