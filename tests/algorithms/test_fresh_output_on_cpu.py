@@ -43,6 +43,21 @@ def test_a_large_output_lands_in_huge_pages():
     assert _anon_huge_kib(out.data_ptr() + out.numel() * 2) >= 2048  # a 2 MiB page inside the tensor
 
 
+def test_only_outputs_up_to_the_cap_are_advised(monkeypatch):
+    """Above HUGE_PAGE_MAX_BYTES a request can stall in the kernel's compaction: those stay in plain pages."""
+    advised = []
+    monkeypatch.setattr(blocks, "_LIBC_MADVISE", lambda start, length, advice: advised.append((start, length, advice)))
+    monkeypatch.setattr(blocks, "HUGE_PAGE_MAX_BYTES", 16 << 20)
+    inside = blocks.fresh_output((4, 1 << 20), torch.float32, torch.device("cpu"))  # 16 MiB: at the cap
+    assert len(advised) == 1 and advised[0][2] == blocks._MADV_HUGEPAGE
+    start, length, _ = advised[0]
+    assert start % blocks.HUGE_PAGE_BYTES == 0 and length % blocks.HUGE_PAGE_BYTES == 0 and length >= 14 << 20
+    assert inside.data_ptr() <= start and start + length <= inside.data_ptr() + (16 << 20)
+    blocks.fresh_output((4, (1 << 20) + 1), torch.float32, torch.device("cpu"))  # 4 elements over the cap
+    blocks.fresh_output((4, 1 << 20), torch.float32, torch.device("meta"))  # not the CPU
+    assert len(advised) == 1
+
+
 def test_the_request_can_be_turned_off():
     code = "from gtpo_verl.algorithms import blocks; print(blocks._LIBC_MADVISE is None)"
     env = {**os.environ, "GTPO_VERL_HUGE_PAGES": "0"}
