@@ -52,6 +52,7 @@ class AdvantageSettings:
     transforms: tuple[tuple[AdvTransform, Any], ...]  # algorithm.adv_transforms, parsed
     inputs: tuple[str, ...]  # estimator keywords the estimator and the transforms declared
     gtpo: GTPOSettings  # the operational gtpo.* settings
+    kl_in_reward: bool = False  # algorithm.use_kl_in_reward: the token rewards are the scores minus a KL penalty
 
     @classmethod
     def from_config(cls, config: Any) -> "AdvantageSettings":
@@ -60,7 +61,8 @@ class AdvantageSettings:
         transforms = tuple(parse_adv_transforms(select(config, "algorithm.adv_transforms")))
         return cls(estimator=estimator, row=row, block=row.config.from_config(config) if row is not None else None,
                    transforms=transforms, inputs=advantage_input_fields(estimator, list(transforms)),
-                   gtpo=GTPOSettings.from_config(config))
+                   gtpo=GTPOSettings.from_config(config),
+                   kl_in_reward=bool(select(config, "algorithm.use_kl_in_reward", False)))
 
     @property
     def diagnostics(self) -> bool:
@@ -70,6 +72,13 @@ class AdvantageSettings:
     def declared(self) -> bool:
         """The estimator registered through ``register_entropy_aware_estimator`` (it reports that verl called it)."""
         return estimator_inputs(self.estimator) is not None
+
+    @property
+    def health_from_call(self) -> bool:
+        """The all-equal-groups check can read the table estimator's own scores and groups (no second read of
+        ``rm_scores`` and ``uid``): true for the table's estimators when the token rewards are the scores
+        (no KL penalty in the reward)."""
+        return self.row is not None and not self.kl_in_reward
 
     @property
     def measures_initial_entropy(self) -> bool:
@@ -120,10 +129,17 @@ def transform_advantages(settings: AdvantageSettings, advantages: torch.Tensor, 
 
 def advantage_diagnostics(settings: AdvantageSettings, call: Optional[EstimatorCall], fields: AdvantageFields,
                           metrics: dict) -> None:
-    """The estimator's ``gtpo/*`` metrics (real rows only) and the all-equal-groups fraction, into ``metrics``."""
+    """The estimator's ``gtpo/*`` metrics (real rows only) and the all-equal-groups fraction, into ``metrics``.
+
+    The fraction reads the scores and uids the caller fetched, or else (``settings.health_from_call``)
+    the outcome scores and groups of the table estimator's own call, already checked finite there.
+    """
     if call is not None:
         metrics.update(estimator_metrics(call, fields.mask, fields.real))
-    if fields.scores is not None and fields.uids is not None:
+    if call is not None and settings.health_from_call:
+        real = fields.real.to(call.batch.group_ids.device)
+        metrics[ALL_EQUAL_GROUPS_FRAC] = all_equal_groups_frac(call.batch.sequence_scores[real], call.batch.group_ids[real])
+    elif fields.scores is not None and fields.uids is not None:
         scores, uids = fields.scores[fields.real], fields.uids[fields.real.numpy()]
         check_finite(scores, "score", f"algorithm.adv_estimator={settings.estimator}", uids)
         metrics[ALL_EQUAL_GROUPS_FRAC] = all_equal_groups_frac(scores, uids)

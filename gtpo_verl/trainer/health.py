@@ -22,12 +22,16 @@ from gtpo_verl.trainer.health_checks import ALL_EQUAL_GROUPS_FRAC, HEALTH_CHECKS
 logger = logging.getLogger(__name__)
 
 
-def all_equal_groups_frac(scores: torch.Tensor, uids: np.ndarray) -> float:
-    """Fraction of groups (rows sharing a uid) whose sequence scores ``(B,)`` are all equal."""
-    if not len(uids):
+def all_equal_groups_frac(scores: torch.Tensor, groups: np.ndarray | torch.Tensor) -> float:
+    """Fraction of groups whose sequence scores ``(B,)`` are all equal; ``groups`` ``(B,)`` is each row's
+    prompt uid or its integer group id (only the groups present count)."""
+    if not len(groups):
         return 0.0
-    _, inverse = np.unique(uids, return_inverse=True)
-    group = torch.as_tensor(inverse.reshape(-1), dtype=torch.long)
+    if isinstance(groups, torch.Tensor):
+        _, group = torch.unique(groups, return_inverse=True)
+    else:
+        _, inverse = np.unique(groups, return_inverse=True)
+        group = torch.as_tensor(inverse.reshape(-1), dtype=torch.long)
     count = int(group.max()) + 1
     scores = scores.to(torch.float64)
     low = torch.full((count,), float("inf"), dtype=torch.float64).scatter_reduce(0, group, scores, "amin")

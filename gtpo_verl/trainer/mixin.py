@@ -119,7 +119,8 @@ class GTPOTrainerMixin:
             return None
         import transfer_queue as tq
 
-        health_fields = ["rm_scores", "uid"] if settings.diagnostics else []  # the all-equal-groups check, same read
+        # the all-equal-groups check, in the same read, unless it reads the table estimator's own call
+        health_fields = ["rm_scores", "uid"] if settings.diagnostics and not settings.health_from_call else []
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields + health_fields)
         # response-only fields are nested like verl's response_mask (same rows, same lengths): padded,
         # they take the (B, T) layout verl's _compute_advantage builds; the estimator wrapper aligns widths

@@ -183,3 +183,12 @@ def test_bonus_share_metrics_equal_the_equations(entropy_share):
     assert metrics["gtpo/bonus_share/mean"] == pytest.approx(mean, rel=1e-5)
     assert metrics["gtpo/bonus_share/std"] == pytest.approx((float(kept.square().sum()) / tokens - mean * mean) ** 0.5, rel=1e-4)
     assert metrics["gtpo/bonus_share/max"] == pytest.approx(float(kept.max()), rel=1e-5)
+
+
+def test_the_health_check_reads_the_call_only_where_its_scores_are_the_rewards():
+    """The all-equal-groups check reuses a table estimator's own scores and groups, except when the token
+    rewards carry a KL penalty (then they are no longer the scores) or the estimator is not the table's."""
+    settings = advantage_steps.AdvantageSettings.from_config
+    assert settings(compose_config("algorithm.adv_estimator=gtpo_token")).health_from_call
+    assert not settings(compose_config("algorithm.adv_estimator=gtpo_token", "algorithm.use_kl_in_reward=true")).health_from_call
+    assert not settings(compose_config("algorithm.adv_estimator=grpo")).health_from_call

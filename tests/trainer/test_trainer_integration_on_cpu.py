@@ -55,12 +55,29 @@ def read_advantages(tq, meta):
         ("gtpo_traj", ["algorithm.gtpo_traj.preset=paper"]),
     ],
 )
-def test_mixin_advantages_equal_the_estimator_and_need_no_model_pass(transfer_queue, estimator, extra):
+def test_mixin_advantages_equal_the_estimator_and_need_no_model_pass(transfer_queue, estimator, extra, monkeypatch):
     config = compose_config(f"algorithm.adv_estimator={estimator}", *extra)
     meta, direct = put_batch(transfer_queue, seed=1, prefix=estimator)
     trainer = make_trainer(config)
     metrics = {}
+    reads = []
+    real_get = transfer_queue.kv_batch_get
+
+    def recording_get(*args, **kwargs):
+        reads.append(list(kwargs.get("select_fields") or []))
+        return real_get(*args, **kwargs)
+
+    monkeypatch.setattr(transfer_queue, "kv_batch_get", recording_get)
     out = trainer._compute_advantage(meta, metrics)
+    monkeypatch.undo()
+    # verl's own read fetches rm_scores and uid; ours only the fields verl never fetches (the health check
+    # reads the estimator's own scores and groups)
+    assert sum("rm_scores" in fields or "uid" in fields for fields in reads) == 1, reads
+    scores = direct["token_level_rewards"].sum(-1)[:-2].tolist()  # the last two rows are V1 padding
+    groups: dict = {}
+    for uid, score in zip(list(direct["index"])[:-2], scores):
+        groups.setdefault(uid, set()).add(score)
+    assert metrics["gtpo/health/all_equal_groups_frac"] == pytest.approx(sum(len(v) == 1 for v in groups.values()) / len(groups))
     assert "advantages" in out.fields and "entropy" in out.fields
 
     initial = trainer.gtpo_state.initial_entropy
