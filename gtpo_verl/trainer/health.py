@@ -28,12 +28,12 @@ def all_equal_groups_frac(scores: torch.Tensor, groups: np.ndarray | torch.Tenso
     if not len(groups):
         return 0.0
     if isinstance(groups, torch.Tensor):
-        _, group = torch.unique(groups, return_inverse=True)
+        _, group = torch.unique(groups.cpu(), return_inverse=True)
     else:
         _, inverse = np.unique(groups, return_inverse=True)
         group = torch.as_tensor(inverse.reshape(-1), dtype=torch.long)
     count = int(group.max()) + 1
-    scores = scores.to(torch.float64)
+    scores = scores.to("cpu", torch.float64)
     low = torch.full((count,), float("inf"), dtype=torch.float64).scatter_reduce(0, group, scores, "amin")
     high = torch.full((count,), float("-inf"), dtype=torch.float64).scatter_reduce(0, group, scores, "amax")
     return float((low == high).to(torch.float64).mean())

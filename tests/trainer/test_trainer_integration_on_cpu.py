@@ -287,6 +287,8 @@ def test_all_equal_groups_frac_counts_groups_not_rows():
     scores = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.5])
     assert all_equal_groups_frac(scores, uids) == pytest.approx(2 / 3)  # a (all 1) and c (one row) carry no signal
     assert all_equal_groups_frac(scores[:0], uids[:0]) == 0.0
+    # the same groups as integer ids (the estimator's own), with an id no row of this subset has
+    assert all_equal_groups_frac(scores, torch.tensor([3, 3, 7, 7, 7, 9])) == pytest.approx(2 / 3)
 
 
 # ----------------------------------------------------------------------------- start-up validation
