@@ -190,8 +190,11 @@ def test_gtpo_token_plus_entropy_advantage(transfer_queue, fetched):
     estimator, _ = get_adv_estimator_fn("gtpo_token")(config=config.algorithm, **inputs)
     expected = reference_bonus(estimator.double(), direct["entropys"], direct["response_mask"], 0.4, 2.0)
     assert_close(got.double(), expected[:, : got.shape[1]], rtol=1e-5, atol=1e-6)
-    # estimator, transform and the health check share one read
-    assert [c for c in step_reads if "entropy" in c] == [["entropy", "rm_scores", "uid"]]
+    # estimator and transform share one read of the one field verl never fetches; the health check reads
+    # the estimator's own scores and groups, so rm_scores and uid come only with verl's own read
+    assert [c for c in step_reads if "entropy" in c] == [["entropy"]]
+    assert sum("rm_scores" in c or "uid" in c for c in step_reads) == 1
+    assert "gtpo/health/all_equal_groups_frac" in metrics
     assert "gtpo/adv/success/mean" in metrics and "gtpo/transform/entropy_advantage/bonus_mean" in metrics
 
 
