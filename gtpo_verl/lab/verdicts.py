@@ -174,19 +174,17 @@ def endpoint_table(runs: list[dict]) -> dict:
     return table
 
 
-def _row(task: str, method: str, baseline: str, endpoint: str, seeds: list, d: np.ndarray) -> dict[str, Any]:
+def paired_row(table: dict, task: str, method: str, baseline: str, endpoint: str) -> dict[str, Any] | None:
+    """The paired comparison ``method − baseline`` on ``endpoint`` (``endpoint_table``'s form), tested by the
+    fixed rule; None when no seed has both. ``holm_family`` completes a family of such rows."""
+    seeds, d = _paired(table, task, method, baseline, endpoint)
+    if not seeds:
+        return None
     test, p = _test(endpoint, d)
     nonzero = len(nonzero_differences(d))
     return {"task": task, "method": method, "baseline": baseline, "endpoint": endpoint, "seeds": len(seeds), "test": test, "p": p,
             "sign_test_p": sign_test(d), "smallest_p": smallest_exact_p(nonzero), "mean_difference": float(d.mean()),
             "ci95": list(bootstrap_mean_ci(d, seed=BOOTSTRAP_SEED)), "paired_seeds": list(seeds), "per_seed": [float(x) for x in d]}
-
-
-def paired_row(table: dict, task: str, method: str, baseline: str, endpoint: str) -> dict[str, Any] | None:
-    """The paired comparison ``method − baseline`` on ``endpoint`` (``endpoint_table``'s form), tested by the
-    fixed rule; None when no seed has both. ``holm_family`` completes a family of such rows."""
-    seeds, d = _paired(table, task, method, baseline, endpoint)
-    return _row(task, method, baseline, endpoint, seeds, d) if seeds else None
 
 
 def holm_family(family: list[dict]) -> None:

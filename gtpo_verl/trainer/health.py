@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from gtpo_verl.algorithms.groups import group_ids_from_uids
 from gtpo_verl.trainer.diagnostics import PREFIX
 # the checks themselves live in a torch-free module (gtpo-report reads them); re-exported here
 from gtpo_verl.trainer.health_checks import ALL_EQUAL_GROUPS_FRAC, HEALTH_CHECKS, HealthCheck  # noqa: F401
@@ -27,11 +28,9 @@ def all_equal_groups_frac(scores: torch.Tensor, groups: np.ndarray | torch.Tenso
     prompt uid or its integer group id (only the groups present count)."""
     if not len(groups):
         return 0.0
-    if isinstance(groups, torch.Tensor):
-        _, group = torch.unique(groups.cpu(), return_inverse=True)
-    else:
-        _, inverse = np.unique(groups, return_inverse=True)
-        group = torch.as_tensor(inverse.reshape(-1), dtype=torch.long)
+    if not isinstance(groups, torch.Tensor):
+        groups, _ = group_ids_from_uids(groups)
+    _, group = torch.unique(groups.cpu(), return_inverse=True)  # the groups present, numbered densely
     count = int(group.max()) + 1
     scores = scores.to("cpu", torch.float64)
     low = torch.full((count,), float("inf"), dtype=torch.float64).scatter_reduce(0, group, scores, "amin")
