@@ -34,8 +34,10 @@ def check(config) -> list[str]:
 
     if str(config.trainer.device) == "cpu":  # opt-in CPU mode (gtpo_verl/cpu), before Ray starts
         from gtpo_verl.cpu import activate
+        from gtpo_verl.cpu.workers import actor_threads
 
         activate()
+        actor_threads(1)  # a bad GTPO_VERL_CPU_ACTOR_THREADS fails here, not in a Ray worker
     derive_config(config)
     return check_training_config(config)
 

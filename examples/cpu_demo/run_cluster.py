@@ -60,8 +60,11 @@ CLUSTER = [
     "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=512",
 ]
 # the environment the CPU platform needs in every Ray process of the job (a single-node run gets it
-# from the driver, whose environment the local Ray it starts inherits; a cluster's raylets do not)
-CPU_ENV = {"GTPO_VERL_CPU": "1", "VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda", "VLLM_TARGET_DEVICE": "cpu"}
+# from the driver, whose environment the local Ray it starts inherits; a cluster's raylets do not).
+# Both "nodes" share this machine's cores, so each FSDP rank computes on one thread (the platform
+# would give each node's one rank every core, twice over).
+CPU_ENV = {"GTPO_VERL_CPU": "1", "VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda", "VLLM_TARGET_DEVICE": "cpu",
+           "GTPO_VERL_CPU_ACTOR_THREADS": "1"}
 
 
 def free_port() -> int:

@@ -202,14 +202,14 @@ def draw(summary: dict, history: dict, path: str, reward_scale: dict[str, float]
 
 def train_run(run: str, launches: list[tuple[str, list[str]]], run_dir: str, steps: int, timeout: int,
               dynamic_sampling: bool, expected_gtpo: list[str], env_extra: dict | None = None,
-              drill: str | None = None) -> tuple[dict, list, list[str]]:
+              drill: str | None = None, cluster=None) -> tuple[dict, list, list[str]]:
     """Launch one run and read its record from verl's metric file (``run_dir/metrics.jsonl``, all launches).
 
     With ``drill`` (``DRILLS``) the first launch is interrupted once step DRILL_STOP_AFTER is logged and
     the second (the same overrides, ``resume_mode=auto``) resumes; ``check_drill`` then holds the resume
     to what it must show. Returns the run's summary record, its per-step metric rows and the failures
     found (failed launch, missing steps, NaN metric, expected gtpo/ metric missing, dynamic sampling that
-    evicted nothing, a drill check).
+    evicted nothing, a drill check). With ``cluster`` (a ``SharedRayCluster``) every launch joins it.
     """
     record, failures, peaks = {"launches": []}, [], {}
     metrics_path, log_path = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "train.log")
@@ -227,7 +227,7 @@ def train_run(run: str, launches: list[tuple[str, list[str]]], run_dir: str, ste
     for i, (label, overrides) in enumerate(launches):
         interrupted = drill is not None and i == 0
         memory: dict = {}
-        rc, wall = launch(overrides, log_path, metrics_path, timeout, cwd=ROOT, env_extra=env_extra,
+        rc, wall = launch(overrides, log_path, metrics_path, timeout, cwd=ROOT, env_extra=env_extra, cluster=cluster,
                           watch=drill_watch(drill, metrics_path, stall_file) if interrupted else None,
                           on_start=lambda proc: sample_memory(proc, memory))
         if os.path.exists(stall_file):

@@ -19,6 +19,7 @@ process and each phase's share of the step time (verl's ``timing_s/*``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import os
@@ -34,7 +35,7 @@ from convert_lm import DEFAULT_OUT as MODEL_DIR  # noqa: E402
 from convert_lm import OFFLINE, convert  # noqa: E402
 from run_demo import METHOD_KNOBS, train_run, write_summary  # noqa: E402
 
-from gtpo_verl.cpu.launch import reward_function, run_sizes, sampled_validation  # noqa: E402
+from gtpo_verl.cpu.launch import SharedRayCluster, reward_function, run_sizes, sampled_validation  # noqa: E402
 
 SCORER = reward_function(os.path.join(HERE, "arithmetic_task.py"), "compute_score")
 RUNS = {
@@ -67,8 +68,10 @@ def lm_overrides(args, data_dir: str, run: str, run_dir: str) -> list[str]:
                       seed=args.seed, micro_batch=args.micro_batch, log_prob_micro_batch=args.micro_batch,
                       max_prompt_length=64, max_response_length=args.max_response_length)
     overrides = sizes + sampled_validation(args.val_n) + [
-        # on CPU the share of host memory vLLM reserves (weights + KV cache): 0.1 is too small for 135 M parameters, 0.3 (7 GB) crowded out the actor on 24 GB
-        "actor_rollout_ref.rollout.gpu_memory_utilization=0.15",
+        # the actor's forward and backward in bf16 (parameters, gradients and AdamW in float32), as verl's
+        # GPU default and as the rollout samples: 2x the float32 speed on a CPU with native bf16
+        # (docs/performance.md; what it changes in the entropies: docs/real_lm.md)
+        f"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype={args.actor_dtype}",
         f"trainer.val_before_train={'true' if validate and args.val_before_train else 'false'}",
         f"trainer.test_freq={args.steps if validate else -1}",
         "trainer.logger=[console,file]",
@@ -99,7 +102,8 @@ def phase_shares(rows: list[dict]) -> dict[str, float]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The demo's command line (``--smoke`` sets its run and steps)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=None, help="default outputs/demo_lm (outputs/demo_lm_smoke with --smoke)")
     parser.add_argument("--smoke", action="store_true", help="2 steps of DAPO_TOKEN, no validation")
@@ -108,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--max-response-length", type=int, default=48)
-    parser.add_argument("--micro-batch", type=int, default=8)
+    parser.add_argument("--micro-batch", type=int, default=16, help="rows per forward pass (one per mini-batch)")
     parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--actor-dtype", choices=("bf16", "fp32"), default="bf16",
+                        help="the FSDP actor's compute dtype (its parameters and optimiser stay float32)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--delta", type=float, default=None, help="GTPO_TRAJ_SCALED's δ threshold (nats)")
     parser.add_argument("--validate", action=argparse.BooleanOptionalAction, default=True)
@@ -118,10 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--val-prompts", type=int, default=32)
     parser.add_argument("--model", default=MODEL_DIR)
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per launch")
+    parser.add_argument("--shared-ray", action=argparse.BooleanOptionalAction, default=None,
+                        help="one Ray head for every run (default: on with more than one run)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra override for every run")
     args = parser.parse_args(argv)
     if args.smoke:
         args.runs, args.steps = "DAPO_TOKEN", 2
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     runs = args.runs.split(",")
     unknown = [r for r in runs if r not in RUNS]
     if unknown:
@@ -139,21 +152,25 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = os.path.join(out, "data")
     write_splits(data_dir, train=512, val=args.val_prompts)
 
-    settings = {k: getattr(args, k) for k in ("seed", "steps", "prompts", "group", "lr", "max_response_length", "delta")}
+    settings = {k: getattr(args, k)
+                for k in ("seed", "steps", "prompts", "group", "lr", "max_response_length", "delta", "actor_dtype")}
     summary, history, failures, run_dirs = {"_model": model, "_settings": settings}, {}, [], {}
-    for run in runs:
-        run_dir = run_dirs[run] = os.path.join(out, run if args.seed == 0 else f"{run}_seed{args.seed}")
-        os.makedirs(run_dir, exist_ok=True)
-        launches = [("train", lm_overrides(args, data_dir, run, run_dir))]
-        dynamic_sampling = "algorithm.filter_groups.enable=true" in RUNS[run]
-        record, rows, run_failures = train_run(run, launches, run_dir, args.steps, args.timeout, dynamic_sampling,
-                                               EXPECTED_GTPO[run], env_extra=OFFLINE)
-        record["phases"] = phase_shares(rows)
-        record["curves"] = {key: [r.get(key) for r in rows if "timing_s/step" in r] for key in CURVE_KEYS}
-        # the audit's dumps (step_<k>.json, their tensors beside them in step_<k>.safetensors)
-        record["audit"] = sorted(glob.glob(os.path.join(run_dir, "audit", "step_*.json")))
-        summary[run], history[run] = record, rows
-        failures += run_failures
+    # several runs share one Ray head: each pays verl's start-up, not Ray's (docs/performance.md)
+    shared = args.shared_ray if args.shared_ray is not None else len(runs) > 1
+    with SharedRayCluster(env_extra=OFFLINE) if shared else contextlib.nullcontext() as cluster:
+        for run in runs:
+            run_dir = run_dirs[run] = os.path.join(out, run if args.seed == 0 else f"{run}_seed{args.seed}")
+            os.makedirs(run_dir, exist_ok=True)
+            launches = [("train", lm_overrides(args, data_dir, run, run_dir))]
+            dynamic_sampling = "algorithm.filter_groups.enable=true" in RUNS[run]
+            record, rows, run_failures = train_run(run, launches, run_dir, args.steps, args.timeout, dynamic_sampling,
+                                                   EXPECTED_GTPO[run], env_extra=OFFLINE, cluster=cluster)
+            record["phases"] = phase_shares(rows)
+            record["curves"] = {key: [r.get(key) for r in rows if "timing_s/step" in r] for key in CURVE_KEYS}
+            # the audit's dumps (step_<k>.json, their tensors beside them in step_<k>.safetensors)
+            record["audit"] = sorted(glob.glob(os.path.join(run_dir, "audit", "step_*.json")))
+            summary[run], history[run] = record, rows
+            failures += run_failures
         if run in AUDITED and not record["audit"] and not run_failures:
             failures.append(f"{run}: no audit dump of step 1 in {run_dir}/audit")
     return write_summary(summary, history, failures, out, started, args.steps, reward_scale={},  # every run scores 0/1

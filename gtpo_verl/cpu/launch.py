@@ -4,16 +4,19 @@
 output in a log file, verl's ``FileLogger`` pointed at a metric file (read it with
 ``gtpo_verl.trainer.metrics_file.read_metrics_file``) and a wall-clock limit; on the limit, or
 when the run ends, the whole process group goes (the driver and the local Ray cluster it started,
-never other Ray clusters on the machine). Beside it, the overrides every such run shares: the
-papers' knobs for the DAPO-family methods and the sizes of a tiny run.
+never other Ray clusters on the machine). Several runs in a row may instead join one
+``SharedRayCluster``, so that each pays verl's start-up but not Ray's. Beside it, the overrides
+every such run shares: the papers' knobs for the DAPO-family methods and the sizes of a tiny run.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Callable, Optional
 
@@ -110,6 +113,81 @@ def kill_group(pgid: int) -> None:
         pass
 
 
+class SharedRayCluster:
+    """One Ray head on this machine that several launches join in turn (``with SharedRayCluster() as cluster``).
+
+    Each launch still builds verl's workers (the FSDP actor, the vLLM engine, the agent loops) but
+    not Ray itself. The head runs ``ray start --head`` in its own session with token authentication
+    (a fresh token, readable by its owner only, in a private temp folder), the CPU platform's
+    environment, and the logical CPUs and the one fake GPU the CPU preset gives a local cluster. A
+    run's workers inherit the head's environment, not its driver's, so ``launch(..., cluster=)``
+    hands the run's own variables (its metric file, the offline flags) to the job's runtime env and
+    drops ``ray_init``'s sizes (Ray refuses them when joining). The whole session goes on exit.
+    """
+
+    READY = "Ray runtime started"
+
+    def __init__(self, env_extra: Optional[dict] = None, num_cpus: int = 32, num_gpus: int = 1,
+                 start_timeout: float = 180.0):
+        self.env_extra, self.start_timeout = env_extra or {}, start_timeout
+        self.num_cpus, self.num_gpus = num_cpus, num_gpus
+        self.head: Optional[subprocess.Popen] = None
+        self.folder = self.address = self.token_path = None
+
+    def __enter__(self) -> "SharedRayCluster":
+        import socket
+
+        from gtpo_verl.cpu.platform import ENV_FLAG
+        from gtpo_verl.tools.ray_auth import write_token
+
+        self.folder = tempfile.mkdtemp(prefix="gtpo_ray_")  # short: Ray's socket paths must fit 107 bytes
+        self.token_path = write_token(self.folder)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.address = f"127.0.0.1:{port}"
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
+        env.update(self.env_extra, **self.auth_env(), **{ENV_FLAG: "1"}, VERL_PLATFORM="cpu", VERL_ENGINE_DEVICE="cuda",
+                   VLLM_TARGET_DEVICE="cpu", PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+        env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])  # workers run this Python
+        log_path = os.path.join(self.folder, "head.log")
+        with open(log_path, "w") as log:
+            self.head = subprocess.Popen(
+                [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
+                 f"--num-cpus={self.num_cpus}", f"--num-gpus={self.num_gpus}", "--include-dashboard=false",
+                 f"--temp-dir={self.folder}", "--disable-usage-stats", "--block"],
+                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        deadline = time.time() + self.start_timeout
+        while time.time() < deadline:
+            with open(log_path, errors="replace") as f:
+                if self.READY in f.read():
+                    return self
+            if self.head.poll() is not None:
+                break
+            time.sleep(0.5)
+        with open(log_path, errors="replace") as f:
+            tail = f.read()[-2000:]
+        self.__exit__(None, None, None)
+        raise RuntimeError(f"the shared Ray head did not start within {self.start_timeout:.0f} s:\n{tail}")
+
+    def __exit__(self, *exc) -> None:
+        if self.head is not None:
+            kill_group(self.head.pid)
+            self.head.wait()
+            self.head = None
+        if self.folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def auth_env(self) -> dict:
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": self.token_path}
+
+    def join(self, overrides: list[str], job_env: dict) -> tuple[list[str], dict]:
+        """A launch's overrides and driver environment to join this cluster with ``job_env`` in its workers."""
+        quoted = [f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}='{value}'" for key, value in job_env.items()]
+        return ([*overrides, "ray_kwargs.ray_init.num_cpus=null", "ray_kwargs.ray_init.num_gpus=null", *quoted],
+                {"RAY_ADDRESS": self.address, **self.auth_env()})
+
+
 def launch(
     overrides: list[str],
     log_path: str,
@@ -120,17 +198,23 @@ def launch(
     env_extra: Optional[dict] = None,
     watch: Optional[Callable[[subprocess.Popen], None]] = None,
     on_start: Optional[Callable[[subprocess.Popen], Callable[[], None]]] = None,
+    cluster: Optional[SharedRayCluster] = None,
 ) -> tuple[int, float]:
     """Run one ``trainer_command(overrides)``; returns its exit status (``TIMED_OUT`` at the limit) and wall seconds.
 
     The command line and the run's output are appended to ``log_path``; verl's file logger writes
-    ``metrics_path`` (``VERL_FILE_LOGGER_PATH``); ``env_extra`` adds to this process's environment.
+    ``metrics_path`` (``VERL_FILE_LOGGER_PATH``); ``env_extra`` adds to the run's environment.
     ``watch(proc)`` is called every second while the run lives (a drill may interrupt it);
     ``on_start(proc)`` once it has started, returning what to call when it has ended (e.g. to stop
-    a memory sampler).
+    a memory sampler). With ``cluster`` the run joins that ``SharedRayCluster`` instead of starting
+    its own.
     """
-    env = dict(os.environ, VERL_FILE_LOGGER_PATH=metrics_path, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false",
-               **(env_extra or {}))
+    run_env = dict(VERL_FILE_LOGGER_PATH=metrics_path, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false",
+                   **(env_extra or {}))
+    env = dict(os.environ, **run_env)
+    if cluster is not None:
+        overrides, driver_env = cluster.join(overrides, run_env)
+        env.update(driver_env)
     cmd = trainer_command(overrides)
     start = time.time()
     with open(log_path, "a") as log:

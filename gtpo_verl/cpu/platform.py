@@ -22,6 +22,9 @@ Workarounds, one per verl 0.9.1 behaviour (delete each when upstream handles CPU
    sync then fails inside vLLM (``'Parameter' object has no attribute 'weight_loader'``) and the
    trainer waits on it forever. In CPU mode the vLLM process keeps its plain weights and computes
    with ``torch.nn.functional.linear``, vLLM's own fallback, so every sync loads in place.
+7. Ray starts each actor with ``OMP_NUM_THREADS=1``, so the FSDP actor's forward and backward
+   used one core of the node's: a worker-group rank takes its share of the cores
+   (``workers.set_rank_threads``).
 """
 
 from __future__ import annotations
@@ -261,6 +264,9 @@ def activate() -> None:
     platform_manager.set_platform(cls())
     if not getattr(dist.init_process_group, "_gtpo_verl_gloo_only", False):
         dist.init_process_group = _gloo_only_init_process_group(dist.init_process_group)
+    from gtpo_verl.cpu.workers import set_rank_threads
+
+    set_rank_threads()  # workaround 7
     _ACTIVE = True
 
 

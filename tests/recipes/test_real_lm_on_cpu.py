@@ -4,7 +4,6 @@ mechanism numbers of docs/real_lm/results.json recomputed from the committed fix
 (tests/fixtures/lm/, safetensors + JSON) by an independent float64 reference written here with
 loops, never importing the analysis code."""
 
-import argparse
 import json
 import math
 import os
@@ -79,15 +78,18 @@ def test_scorer_is_verls_gsm8k_flexible_mode(response, truth, score):
 
 def test_lm_runs_compose_against_the_cpu_preset(tmp_path):
     run_lm_demo = demo_module("run_lm_demo")
-    args = argparse.Namespace(
-        prompts=4, group=8, max_response_length=48, micro_batch=16, lr=1e-5, seed=3, model=str(tmp_path / "model"),
-        val_n=4, steps=8, validate=True, smoke=False, val_before_train=False, delta=1.2, set=[])
+    args = run_lm_demo.parse_args(["--seed", "3", "--steps", "8", "--model", str(tmp_path / "model"), "--delta", "1.2"])
     for run in run_lm_demo.RUNS:
         overrides = run_lm_demo.lm_overrides(args, str(tmp_path / "data"), run, str(tmp_path / run))
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
             config = compose(config_name="gtpo_trainer_cpu", overrides=overrides)
         assert config.actor_rollout_ref.rollout.n == 8 and config.data.max_response_length == 48
         assert config.actor_rollout_ref.actor.ppo_mini_batch_size == 2  # two optimiser steps a step
+        # the fast path (docs/performance.md): one micro-batch per mini-batch, bf16 compute, no recomputation
+        assert config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 16
+        assert config.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype == "bf16"
+        assert config.actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype == "fp32"
+        assert not config.actor_rollout_ref.model.enable_gradient_checkpointing
         assert not config.actor_rollout_ref.actor.use_kl_loss and not config.algorithm.use_kl_in_reward
         assert config.algorithm.filter_groups.enable == run.startswith("DAPO")
         assert config.reward.custom_reward_function.name == "compute_score"
