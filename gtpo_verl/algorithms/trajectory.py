@@ -53,6 +53,22 @@ class TrajectoryShaping(NamedTuple):
     conflict_divisor: torch.Tensor  # n_conf(i) ≥ 1
 
 
+def response_mean_entropy(response_mask: torch.Tensor, *, entropy: torch.Tensor) -> torch.Tensor:
+    """⟨H⟩_i ``(B,)``, the mean old-policy entropy of each response's valid tokens (S16); 0 for an empty row.
+    Positions off the mask are never read (whatever verl left there)."""
+    valid = response_mask > 0
+    return torch.where(valid, entropy, 0.0).sum(-1) / valid.sum(-1).clamp_min(1).to(entropy.dtype)
+
+
+def initial_entropy(response_mask: torch.Tensor, *, entropy: torch.Tensor, rows: torch.Tensor | None = None) -> float:
+    """⟨H⟩_ini: the mean of ⟨H⟩_i over the non-empty responses of the first batch (``rows`` selects the
+    real ones), the quantity Paper A's gate (S16) and a δ scaled to the model compare with; 0 with none."""
+    nonempty = response_mask.sum(-1) > 0
+    keep = nonempty if rows is None else nonempty & rows.to(torch.bool)
+    per_response = response_mean_entropy(response_mask, entropy=entropy)[keep]
+    return float(per_response.mean()) if per_response.numel() else 0.0
+
+
 def group_relative_advantage(
     scores: torch.Tensor,
     group_ids: torch.Tensor,

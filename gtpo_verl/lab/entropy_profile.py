@@ -23,9 +23,14 @@ DELTA_OFFICIAL, SCALED_FACTOR = 0.7, 1.5
 
 
 def mean_entropy(entropy: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """(B,) ⟨H⟩_i, the mean entropy of each response's valid tokens."""
-    valid = mask > 0
-    return np.where(valid, entropy, 0.0).sum(1) / np.maximum(valid.sum(1), 1)
+    """(B,) ⟨H⟩_i, the mean entropy of each response's valid tokens (the package's one definition,
+    ``algorithms.trajectory.response_mean_entropy``, in float64)."""
+    import torch
+
+    from gtpo_verl.algorithms.trajectory import response_mean_entropy
+
+    return response_mean_entropy(torch.from_numpy(np.asarray(mask)),
+                                 entropy=torch.from_numpy(np.asarray(entropy, dtype=np.float64))).numpy()
 
 
 def top_mask(entropy: np.ndarray, mask: np.ndarray, fraction: float) -> np.ndarray:

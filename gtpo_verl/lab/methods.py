@@ -45,8 +45,6 @@ class Method:
     """Extra ``algorithm.<estimator>`` blocks (our typed configs read them)."""
     policy_loss: dict = field(default_factory=dict)
     """Extra ``actor.policy_loss`` fields (Clip-Cov / KL-Cov knobs)."""
-    initial_entropy_threshold_ratio: float | None = None
-    """δ scaled to the model: ``gtpo_traj.entropy_threshold`` = ratio × ⟨H⟩_ini (measured on the first batch)."""
     sampler_stream: int = 0
     """Which training sampler stream of the seed to draw from; a method's twin on another stream is the null comparison."""
 
@@ -71,8 +69,9 @@ GRPO = Method(name="GRPO", estimator="grpo", **_PAPER_A)
 
 
 def _gtpo_traj_scaled(ratio: float) -> Method:
-    return Method(name=f"GTPO_TRAJ_D{round(ratio * 10):02d}", estimator=GTPO_TRAJ.name, algorithm={GTPO_TRAJ.name: _OFFICIAL},
-                  initial_entropy_threshold_ratio=ratio, **_PAPER_A)
+    # δ scaled to the model: the package's own key, δ = ratio·⟨H⟩_ini with ⟨H⟩_ini measured on the first batch
+    return Method(name=f"GTPO_TRAJ_D{round(ratio * 10):02d}", estimator=GTPO_TRAJ.name,
+                  algorithm={GTPO_TRAJ.name: {**_OFFICIAL, "entropy_threshold_ratio": ratio}}, **_PAPER_A)
 
 
 def _dapo_token_alpha(alpha1: float) -> Method:

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from gtpo_verl.algorithms.token_shaping import column_share
+from gtpo_verl.algorithms.trajectory import initial_entropy as measured_initial_entropy
 from gtpo_verl.lab.methods import Method
 from gtpo_verl.lab.policy import PolicySize, TinyCausalLM, init_seed, sample, score
 from gtpo_verl.lab.schedule import fill_training_batch
@@ -226,9 +227,8 @@ def train_run(
             for name, role in (("entropy_decision", ROLE_DECISION), ("entropy_forced", ROLE_FORCED)):
                 stats[name] = _token_mean(entropys[base], (roles[base] == role).float())
             stats["off_grammar_frac"] = float((roles[base] == ROLE_OFF).sum() / fmask[base].sum())
-        if initial_entropy is None:  # ⟨H⟩_ini: mean of per-response mean entropy on the first batch
-            lengths = fmask[base].sum(1).clamp_min(1)
-            initial_entropy = float(((entropys[base] * fmask[base]).sum(1) / lengths).mean())
+        if initial_entropy is None:  # ⟨H⟩_ini on the first batch, as the trainer measures it
+            initial_entropy = measured_initial_entropy(fmask[base], entropy=entropys[base])
             advantage_step = AdvantageStep.prepare(method, initial_entropy)
         metrics: dict[str, float] = {}
         clipfracs, selected = [], []

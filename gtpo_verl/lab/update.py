@@ -26,16 +26,11 @@ class Advantages:
     metrics: dict[str, float]
 
 
-def algorithm_config(method: Method, initial_entropy: Optional[float] = None):
-    """The ``algorithm`` DictConfig verl hands its estimators (the scaled δ threshold filled in)."""
+def algorithm_config(method: Method):
+    """The ``algorithm`` DictConfig verl hands its estimators."""
     from omegaconf import OmegaConf
 
-    config = method.algorithm_config()
-    if method.initial_entropy_threshold_ratio is not None and initial_entropy is not None:
-        block = dict(config.get(method.estimator, {}))
-        block["entropy_threshold"] = float(method.initial_entropy_threshold_ratio * initial_entropy)
-        config[method.estimator] = block
-    return OmegaConf.create(config)
+    return OmegaConf.create(method.algorithm_config())
 
 
 @dataclass(frozen=True)
@@ -45,7 +40,7 @@ class AdvantageStep:
     method: Method
     algorithm: Any  # the algorithm DictConfig verl hands the estimator
     settings: Any  # trainer.advantage_steps.AdvantageSettings
-    initial_entropy: Optional[float] = None  # ⟨H⟩_ini: in ``algorithm`` (δ's threshold) and bound for the estimator
+    initial_entropy: Optional[float] = None  # ⟨H⟩_ini, bound for the estimator (its gate, a δ scaled to it)
 
     @classmethod
     def prepare(cls, method: Method, initial_entropy: Optional[float] = None, diagnostics: bool = True) -> "AdvantageStep":
@@ -54,7 +49,7 @@ class AdvantageStep:
 
         from gtpo_verl.trainer.advantage_steps import AdvantageSettings
 
-        algorithm = algorithm_config(method, initial_entropy)
+        algorithm = algorithm_config(method)
         config = OmegaConf.create({"algorithm": {**OmegaConf.to_container(algorithm),
                                                  "adv_transforms": [dict(t) for t in method.transforms]},
                                    "gtpo": {"diagnostics": diagnostics}})

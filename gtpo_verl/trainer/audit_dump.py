@@ -48,7 +48,7 @@ def validate_audit_config(config: Any):
             f"`gtpo.audit.steps` audits gtpo_verl's estimators {list(ESTIMATORS)}, not `algorithm.adv_estimator={estimator}`"
         )
     later = [s for s in settings.steps if s > 1]
-    if later:
+    if later and settings.require_weights:
         trainer = config.trainer
         save_freq = int(trainer.get("save_freq", -1))
         contents = list(config.actor_rollout_ref.actor.checkpoint.get("save_contents", []))
@@ -57,8 +57,8 @@ def validate_audit_config(config: Any):
             raise ConfigError(
                 "gtpo.audit.steps",
                 f"`gtpo.audit.steps={list(settings.steps)}` needs the weights of steps {missing} (their checkpoints), "
-                f"but `trainer.save_freq={save_freq}` does not save them: use trainer.save_freq=1 or audit steps k "
-                "with k-1 a multiple of save_freq"
+                f"but `trainer.save_freq={save_freq}` does not save them: use trainer.save_freq=1, audit steps k "
+                "with k-1 a multiple of save_freq, or gtpo.audit.require_weights=false to dump them for analysis only"
             )
         if "hf_model" not in contents:
             raise ConfigError(

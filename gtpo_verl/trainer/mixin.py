@@ -26,7 +26,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 import torch
 
-from gtpo_verl.algorithms.groups import row_dot
+from gtpo_verl.algorithms.trajectory import initial_entropy as measured_initial_entropy
 from gtpo_verl.plugin.extensions import INPUT_FIELDS
 from gtpo_verl.plugin.registry import check_registered
 from gtpo_verl.trainer.advantage_steps import (
@@ -190,11 +190,7 @@ class GTPOTrainerMixin:
         if fields is None or not settings.measures_initial_entropy:
             return None
         if self.gtpo_state.initial_entropy is None:
-            entropy, mask = fields.entropy, fields.mask
-            counts = mask.sum(-1)
-            rows = fields.real & (counts > 0)
-            per_response = row_dot(entropy, mask.to(entropy.dtype))[rows] / counts[rows]
-            self.gtpo_state.initial_entropy = float(per_response.mean()) if per_response.numel() else 0.0
+            self.gtpo_state.initial_entropy = measured_initial_entropy(fields.mask, entropy=fields.entropy, rows=fields.real)
             logger.info("gtpo: %s measured ⟨H⟩_ini = %.4f on the first batch", settings.estimator,
                         self.gtpo_state.initial_entropy)
         return self.gtpo_state.initial_entropy

@@ -69,6 +69,10 @@ class AuditConfig(ConfigBlock):
     """Global steps (from 1) whose estimator inputs and advantages are dumped."""
     dir: Optional[str] = None
     """Folder for the dumps (``step_<k>.safetensors`` + ``.json``); required when ``steps`` is set."""
+    require_weights: bool = True
+    """Refuse at start-up to dump a step k > 1 whose old-policy weights (the checkpoint of step k-1) are
+    not saved, since ``gtpo-audit`` recomputes entropy from them; false dumps such steps for offline
+    analysis of the estimator only (``gtpo-audit`` then needs ``--weights``)."""
 
     def check(self):
         object.__setattr__(self, "steps", tuple(sorted(set(self.steps))))

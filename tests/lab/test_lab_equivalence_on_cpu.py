@@ -48,7 +48,7 @@ def _verl_compute_advantage(method, step, initial_entropy=None):
         tensors={"token_level_rewards": step["token_level_rewards"], "response_mask": step["response_mask"]},
         non_tensors={"uid": np.array(step["uids"], dtype=object)},
     )
-    config = algorithm_config(method, initial_entropy)
+    config = algorithm_config(method)
     bound = {"entropys": step["entropys"], "responses": step["responses"], "old_log_probs": torch.zeros_like(step["entropys"])}
     with bind_estimator_inputs(initial_entropy=initial_entropy, **bound):
         out = compute_advantage(data, adv_estimator=method.estimator, gamma=1.0, lam=1.0, num_repeat=8,
@@ -60,7 +60,7 @@ def _verl_compute_advantage(method, step, initial_entropy=None):
                                   "DAPO_TOKEN_A05"])
 def test_every_estimator_of_the_table_matches_verls_compute_advantage(step, name):
     method = METHODS[name]
-    initial_entropy = 0.5 if method.initial_entropy_threshold_ratio else None
+    initial_entropy = 0.5 if method.algorithm.get("gtpo_traj", {}).get("entropy_threshold_ratio") else None
     torch.testing.assert_close(_lab_advantages(method, step, initial_entropy), _verl_compute_advantage(method, step, initial_entropy),
                                atol=0, rtol=0)
 

@@ -62,6 +62,9 @@ def test_valid_token_configs():
         (GTPOTrajConfig, {"gamma": -1.0}, r"gtpo_traj.gamma=-1.0.*set 0 to disable"),
         (GTPOTrajConfig, {"overlap": "max"}, "gtpo_traj.overlap"),
         (GTPOTrajConfig, {"entropy_threshold": 0.0}, "gtpo_traj.entropy_threshold"),
+        (GTPOTrajConfig, {"entropy_threshold_ratio": 0.0}, "gtpo_traj.entropy_threshold_ratio"),
+        (GTPOTrajConfig, {"entropy_threshold_ratio": 1.5, "entropy_threshold": 3.0},
+         r"gtpo_traj.entropy_threshold_ratio=1.5.*gtpo_traj.entropy_threshold=3.0.*both set.*=null"),
     ],
 )
 def test_other_config_errors(cls, block, match):
@@ -163,6 +166,31 @@ def test_ini_entropy_gate_needs_a_value_and_opens_the_filter():
     a, _ = get_adv_estimator_fn("gtpo_traj")(rewards, mask, index=uids, config=gated_open, entropys=entropy, responses=responses)
     b, _ = get_adv_estimator_fn("gtpo_traj")(rewards, mask, index=uids, config=no_filter, entropys=entropy, responses=responses)
     assert_close(a, b)
+
+
+def test_threshold_ratio_scales_delta_to_the_measured_initial_entropy():
+    """δ = ratio·⟨H⟩_ini: the same advantages as the absolute threshold ratio·⟨H⟩_ini, ⟨H⟩_ini bound or given."""
+    from gtpo_verl.plugin.context import bind_estimator_inputs
+
+    rewards, mask, uids, entropy, responses = _batch(entropy_scale=3.0)
+    per_response = (entropy * mask).sum(1) / mask.sum(1)
+    initial = float(per_response.mean())
+    ratio = {"gtpo_traj": {"preset": "official", "entropy_threshold_ratio": 1.1}}
+    absolute = {"gtpo_traj": {"preset": "official", "entropy_threshold": 1.1 * initial}}
+    with pytest.raises(ValueError, match="entropy_threshold_ratio.*initial_entropy"):
+        _run("gtpo_traj", rewards, mask, uids, entropy, responses, ratio["gtpo_traj"])
+    expected = _run("gtpo_traj", rewards, mask, uids, entropy, responses, absolute["gtpo_traj"])
+    with bind_estimator_inputs(initial_entropy=initial):  # as the trainer binds its measured ⟨H⟩_ini
+        bound = _run("gtpo_traj", rewards, mask, uids, entropy, responses, ratio["gtpo_traj"])
+    given = _run("gtpo_traj", rewards, mask, uids, entropy, responses,
+                 dict(ratio["gtpo_traj"], initial_entropy=initial))
+    assert_close(bound, expected) and assert_close(given, expected)
+    kept = per_response <= 1.1 * initial
+    assert 0 < int(kept.sum()) < len(kept)  # the threshold falls inside the batch: the test can tell
+    assert GTPOTrajConfig(entropy_threshold_ratio=1.1).threshold(2.0) == pytest.approx(2.2)
+    assert GTPOTrajConfig(entropy_threshold_ratio=1.1).needs_initial_entropy
+    assert GTPOTrajConfig(entropy_threshold_ratio=1.1, entropy_filter_scope="none").threshold(2.0) is None
+    assert not GTPOTrajConfig().needs_initial_entropy and GTPOTrajConfig().threshold() == 0.7
 
 
 def test_grpo_s_with_no_entropy_weight_is_verl_grpo():

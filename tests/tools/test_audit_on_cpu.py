@@ -171,6 +171,10 @@ def test_audit_config_accepts_a_checkpointed_previous_step():
     )
     assert validate_audit_config(config).steps == (1, 3)
     assert validate_audit_config(compose_config()).steps == ()
+    # dumps for analysis only: later steps without their weights are accepted when asked for
+    analysis = compose_config("algorithm.adv_estimator=gtpo_token", "gtpo.audit.steps=[1,2,3]", "gtpo.audit.dir=/tmp/x",
+                              "trainer.save_freq=-1", "gtpo.audit.require_weights=false")
+    assert validate_audit_config(analysis).steps == (1, 2, 3)
 
 
 def test_entropy_recomputation_matches_verls_engine_from_verls_hf_checkpoint():

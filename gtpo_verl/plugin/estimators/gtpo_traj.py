@@ -49,7 +49,7 @@ class GTPOTrajConfig(ConfigBlock):
     """
 
     path: ClassVar[str] = f"algorithm.{NAME}"
-    config_only: ClassVar[tuple[str, ...]] = ("preset", "ini_entropy_gate")
+    config_only: ClassVar[tuple[str, ...]] = ("preset", "ini_entropy_gate", "entropy_threshold_ratio")
 
     preset: str = choice("official", TRAJ_PRESET_NAMES)
     """``official`` (the released code) or ``paper`` (the literal paper text); fills the null keys below."""
@@ -65,6 +65,9 @@ class GTPOTrajConfig(ConfigBlock):
     """⟨H⟩_ini for the gate; null = measured on the first batch by the trainer integration."""
     entropy_threshold: Optional[float] = number(None, gt=0.0, fix="the paper uses ln 2 ≈ 0.693.")
     """δ_i = 1[⟨H⟩_i ≤ threshold] (S16); preset: 0.7 official, ln 2 paper."""
+    entropy_threshold_ratio: Optional[float] = number(None, gt=0.0, le=100.0, fix="e.g. 1.5 (δ = 1.5·⟨H⟩_ini).")
+    """δ scaled to the model: threshold = ratio·⟨H⟩_ini, with ⟨H⟩_ini measured on the first batch (or
+    ``initial_entropy``) and kept in the checkpointed state; exclusive with ``entropy_threshold``."""
     overlap: Optional[str] = choice(None, OVERLAP_MODES)
     """λ where forward and backward runs overlap: ``product`` (4, official) or ``union`` (2, paper)."""
     divisor: Optional[str] = choice(None, DIVISOR_MODES)
@@ -75,6 +78,36 @@ class GTPOTrajConfig(ConfigBlock):
     """Paper S16: if ⟨H⟩_ini > threshold, δ ≡ 1 for the whole run (official: off)."""
     epsilon: float = number(1e-6, gt=0.0, le=1.0, fix="use e.g. 1e-6.")
     """ε of the std normalisation."""
+
+    def check(self) -> None:
+        if self.entropy_threshold_ratio is not None and self.entropy_threshold is not None:
+            raise ConfigError(
+                self.key("entropy_threshold_ratio"),
+                f"`{self.key('entropy_threshold_ratio')}={self.entropy_threshold_ratio}` and "
+                f"`{self.key('entropy_threshold')}={self.entropy_threshold}` are both set, but δ is one or the other: "
+                f"set {self.key('entropy_threshold')}=null to scale δ to the model, or "
+                f"{self.key('entropy_threshold_ratio')}=null to fix it in nats.",
+            )
+
+    @property
+    def scales_threshold(self) -> bool:
+        """δ = ratio·⟨H⟩_ini (``entropy_threshold_ratio``), with δ's filter on."""
+        return self.entropy_threshold_ratio is not None and self.entropy_filter_scope != "none"
+
+    @property
+    def needs_initial_entropy(self) -> bool:
+        """⟨H⟩_ini is needed (the gate, or a δ scaled to it) and not given in the config."""
+        return self.initial_entropy is None and (bool(self.resolved_choices()["ini_entropy_gate"]) or self.scales_threshold)
+
+    def threshold(self, initial_entropy: float | None = None) -> float | None:
+        """δ's threshold in nats: the preset's or ``entropy_threshold``, or ratio·⟨H⟩_ini (None while
+        ⟨H⟩_ini is unknown, or with the filter off)."""
+        if self.entropy_filter_scope == "none":
+            return None
+        if self.entropy_threshold_ratio is None:
+            return self.resolved_choices()["entropy_threshold"]
+        initial = self.initial_entropy if self.initial_entropy is not None else initial_entropy
+        return None if initial is None else self.entropy_threshold_ratio * initial
 
     def resolved_choices(self) -> dict[str, Any]:
         """The preset-controlled keys with the preset filled in where the block left them null."""
@@ -92,12 +125,11 @@ class GTPOTrajConfig(ConfigBlock):
     def function_kwargs(self, initial_entropy: float | None = None) -> dict[str, Any]:
         """Keyword arguments of ``gtpo_traj_advantage``; ``initial_entropy`` feeds the gate."""
         choices = self.resolved_choices()
-        filtering = self.entropy_filter_scope != "none"
         if self.initial_entropy is not None:
             initial_entropy = self.initial_entropy
         kwargs = super().function_kwargs()
         kwargs.update(
-            entropy_threshold=choices["entropy_threshold"] if filtering else None,
+            entropy_threshold=self.threshold(initial_entropy),
             overlap=choices["overlap"],
             divisor=choices["divisor"],
             norm_adv_by_std=bool(choices["norm_adv_by_std"]),
@@ -108,9 +140,10 @@ class GTPOTrajConfig(ConfigBlock):
 
 def _run(block: GTPOTrajConfig, batch: EstimatorBatch):
     kwargs = block.function_kwargs(initial_entropy=batch.initial_entropy)
-    if block.resolved_choices()["ini_entropy_gate"] and kwargs["initial_entropy"] is None:
+    if block.needs_initial_entropy and batch.initial_entropy is None:
+        uses = block.key("entropy_threshold_ratio") if block.scales_threshold else block.key("ini_entropy_gate")
         raise ValueError(
-            f"`{block.key('ini_entropy_gate')}` is on but ⟨H⟩_ini is unknown: run through "
+            f"`{uses}` needs ⟨H⟩_ini, which is unknown: run through "
             "`python -m gtpo_verl.main` (it measures ⟨H⟩_ini on the first batch and checkpoints it), "
             f"or set `{block.key('initial_entropy')}`."
         )
@@ -136,6 +169,8 @@ def _metrics(call: EstimatorCall, counts, success, failure, real) -> dict[str, f
         "conflict/zeroed_tokens": zeroed,  # λ = 0 on negative responses
         "conflict/mean_divisor": float(result.conflict_divisor[real].to(torch.float64).mean()) if bool(real.any()) else 0.0,
         "delta/filtered_frac": float((~result.keep & real).sum()) / rows,
+        **({"delta/threshold": float(threshold)} if (threshold := call.block.threshold(call.batch.initial_entropy))
+           is not None else {}),
     }
 
 
@@ -149,14 +184,15 @@ def _check(config, block: GTPOTrajConfig, warn) -> None:
         )
     if block.entropy_reg_mode == "differentiable":
         _check_differentiable_entropy(config, block)
-    if block.resolved_choices()["ini_entropy_gate"] and block.initial_entropy is None:
+    if block.needs_initial_entropy:
         prompts = int(select(config, "data.train_batch_size", 0))
         responses = prompts * int(select(config, "actor_rollout_ref.rollout.n", 1))
+        uses = block.key("entropy_threshold_ratio") if block.scales_threshold else block.key("ini_entropy_gate")
         if 0 < responses < MIN_INITIAL_ENTROPY_RESPONSES:
             warn(
-                f"`{block.key('ini_entropy_gate')}` is on and ⟨H⟩_ini will be measured on the first batch, "
+                f"`{uses}` is set and ⟨H⟩_ini will be measured on the first batch, "
                 f"which has only {prompts} prompt(s) × {responses // max(prompts, 1)} responses = {responses} "
-                f"(< {MIN_INITIAL_ENTROPY_RESPONSES}): the gate decides δ for the whole run from that noisy "
+                f"(< {MIN_INITIAL_ENTROPY_RESPONSES}): δ is decided for the whole run from that noisy "
                 f"estimate. Measure the initial model's mean entropy on a larger sample and set "
                 f"{block.key('initial_entropy')}=<value> (docs/spec.md A.4)."
             )
@@ -208,6 +244,5 @@ GTPO_TRAJ = Estimator(
     loss_agg_mode="seq-mean-token-mean",  # official README objective: (1/G) Σ_i 1/|o_i| Σ_t (spec A.6)
     check=_check,
     derive=_derive,
-    measures_initial_entropy=lambda block: block.resolved_choices()["ini_entropy_gate"]
-    and block.initial_entropy is None,
+    measures_initial_entropy=lambda block: block.needs_initial_entropy,
 )
