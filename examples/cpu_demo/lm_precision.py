@@ -44,8 +44,9 @@ def fixture_with_entropy(entropy: np.ndarray, folder: str) -> str:
     return stem
 
 
-def gtpo_advantages(stem: str) -> np.ndarray:
-    """``gtpo_token``'s advantages from the stem's inputs, through verl's registry and the fixture's config."""
+def gtpo_advantages(stem: str, alpha2: float | None = None) -> np.ndarray:
+    """``gtpo_token``'s advantages from the stem's inputs, through verl's registry and the stem's config
+    (with ``alpha2`` in place of its α₂ when given: 0 is the same normalisation without the entropy)."""
     import torch
     from omegaconf import OmegaConf
     from safetensors.torch import load_file
@@ -58,10 +59,13 @@ def gtpo_advantages(stem: str) -> np.ndarray:
     with open(stem + ".json") as f:
         meta = json.load(f)
     mask = tensors["response_mask"].float()
+    algorithm = OmegaConf.create(meta["algorithm"])
+    if alpha2 is not None:
+        algorithm.gtpo_token.alpha2 = alpha2
     with bind_estimator_inputs(entropys=tensors["entropys"], responses=tensors["responses"]):
         advantages, _ = core_algos.get_adv_estimator_fn("gtpo_token")(
             token_level_rewards=tensors["token_level_rewards"], response_mask=mask,
-            index=np.array(meta["uids"], dtype=object), config=OmegaConf.create(meta["algorithm"]))
+            index=np.array(meta["uids"], dtype=object), config=algorithm)
     return (advantages * mask).numpy().astype(np.float64)
 
 

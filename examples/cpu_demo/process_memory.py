@@ -35,10 +35,11 @@ def process_key(proc: psutil.Process) -> str:
 
 
 class PeakMemory:
-    """Samples the RSS of ``pid`` and all its descendants every ``SAMPLE_EVERY_S`` seconds until stopped."""
+    """Samples the RSS of ``pid`` and all its descendants every ``SAMPLE_EVERY_S`` seconds until stopped;
+    ``also`` adds more roots (a shared Ray head, whose raylet starts a joining launch's workers)."""
 
-    def __init__(self, pid: int, every_s: float = SAMPLE_EVERY_S):
-        self.pid, self.every_s = pid, every_s
+    def __init__(self, pid: int, every_s: float = SAMPLE_EVERY_S, also: tuple[int, ...] = ()):
+        self.pids, self.every_s = (pid, *also), every_s
         self.peaks: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -48,13 +49,17 @@ class PeakMemory:
         return self
 
     def _sample(self) -> None:
-        try:
-            root = psutil.Process(self.pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.Error:
+        procs = {}
+        for pid in self.pids:
+            try:
+                root = psutil.Process(pid)
+                procs.update((p.pid, p) for p in [root, *root.children(recursive=True)])
+            except psutil.Error:
+                continue
+        if not procs:
             return
         total = 0.0
-        for proc in procs:
+        for proc in procs.values():
             try:
                 memory = proc.memory_full_info()
                 key = process_key(proc)

@@ -51,6 +51,9 @@ CLUSTER = [
     "ray_kwargs.ray_init.num_cpus=null",
     "ray_kwargs.ray_init.num_gpus=null",
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1",  # world size 2 / tp 1 = two rollout replicas
+    # the two replicas generate at once on this machine's two cores: each keeps vLLM's default
+    # reservation (one thread), where the CPU preset gives a lone replica every core
+    "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_NUM_OF_RESERVED_CPU='1'",
     "trainer.balance_batch=true",
     "actor_rollout_ref.actor.use_dynamic_bsz=true",
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=512",

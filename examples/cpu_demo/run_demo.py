@@ -97,11 +97,12 @@ def common_overrides(args, data_dir: str, model_dir: str, steps: int) -> list[st
     ]
 
 
-def sample_memory(proc, memory: dict):
-    """Sample the peak RSS of every process of the launch ``proc`` into ``memory`` until the returned stop is called."""
+def sample_memory(proc, memory: dict, cluster=None):
+    """Sample the peak RSS of every process of the launch ``proc`` (and of the ``SharedRayCluster`` it
+    joins: its raylet starts the run's workers) into ``memory`` until the returned stop is called."""
     from process_memory import PeakMemory
 
-    sampler = PeakMemory(proc.pid).start()
+    sampler = PeakMemory(proc.pid, also=(cluster.head.pid,) if cluster is not None else ()).start()
     return lambda: memory.update(sampler.stop())
 
 
@@ -229,7 +230,7 @@ def train_run(run: str, launches: list[tuple[str, list[str]]], run_dir: str, ste
         memory: dict = {}
         rc, wall = launch(overrides, log_path, metrics_path, timeout, cwd=ROOT, env_extra=env_extra, cluster=cluster,
                           watch=drill_watch(drill, metrics_path, stall_file) if interrupted else None,
-                          on_start=lambda proc: sample_memory(proc, memory))
+                          on_start=lambda proc: sample_memory(proc, memory, cluster))
         if os.path.exists(stall_file):
             os.remove(stall_file)
         record["launches"].append({"label": label, "returncode": rc, "wall_s": round(wall, 1)})
