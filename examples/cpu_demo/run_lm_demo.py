@@ -59,8 +59,11 @@ AUDITED = ("DAPO_TOKEN", "DAPO_SEQ", "GTPO_TRAJ", "GTPO_TRAJ_SCALED")  # gtpo_ve
 PHASES = ("gen", "reward", "old_log_prob", "adv", "update_actor", "update_weights", "testing")
 
 
-def lm_overrides(args, data_dir: str, run: str, run_dir: str) -> list[str]:
-    """The runs' shared sizes: ``--prompts`` × ``--group`` responses of ≤ 48 tokens, two optimiser steps a step."""
+def lm_overrides(args, data_dir: str, run: str, run_dir: str, knobs: list[str] | None = None,
+                 audit_steps: tuple[int, ...] = (1,)) -> list[str]:
+    """The runs' shared sizes: ``--prompts`` × ``--group`` responses of ≤ 48 tokens, two optimiser steps a step;
+    the method's ``knobs`` (``RUNS[run]`` unless given), and the entropy audit of ``audit_steps`` for
+    gtpo_verl's estimators."""
     batch, group = args.prompts, args.group
     mini = max(1, batch // 2)  # two mini-batches: the importance ratio leaves 1, so the clips can act
     validate = args.validate and not args.smoke
@@ -80,12 +83,15 @@ def lm_overrides(args, data_dir: str, run: str, run_dir: str) -> list[str]:
         f"trainer.default_local_dir={run_dir}/checkpoints",
         "trainer.save_freq=-1",
         "trainer.resume_mode=disable",
-        *RUNS[run],
+        *(RUNS[run] if knobs is None else knobs),
     ]
     if run == "GTPO_TRAJ_SCALED":
         overrides.append(f"algorithm.gtpo_traj.entropy_threshold={args.delta}")
-    if run in AUDITED:
-        overrides += ["gtpo.audit.steps=[1]", f"gtpo.audit.dir={run_dir}/audit"]
+    audited = run in AUDITED if knobs is None else not any(k == "algorithm.adv_estimator=grpo" for k in knobs)
+    if audited and audit_steps:
+        overrides += [f"gtpo.audit.steps=[{','.join(map(str, audit_steps))}]", f"gtpo.audit.dir={run_dir}/audit"]
+        if max(audit_steps) > 1:  # the mechanism reads the dumps only: no checkpoint of every step
+            overrides.append("gtpo.audit.require_weights=false")
     return overrides + args.set
 
 
@@ -124,8 +130,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--val-prompts", type=int, default=32)
     parser.add_argument("--model", default=MODEL_DIR)
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per launch")
-    parser.add_argument("--shared-ray", action=argparse.BooleanOptionalAction, default=None,
-                        help="one Ray head for every run (default: on with more than one run)")
+    parser.add_argument("--shared-ray", action="store_true", help="every run joins one Ray head")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra override for every run")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -155,9 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = {k: getattr(args, k)
                 for k in ("seed", "steps", "prompts", "group", "lr", "max_response_length", "delta", "actor_dtype")}
     summary, history, failures, run_dirs = {"_model": model, "_settings": settings}, {}, [], {}
-    # several runs share one Ray head: each pays verl's start-up, not Ray's (docs/performance.md)
-    shared = args.shared_ray if args.shared_ray is not None else len(runs) > 1
-    with SharedRayCluster(env_extra=OFFLINE) if shared else contextlib.nullcontext() as cluster:
+    # --shared-ray: every run joins one Ray head (measured: no shorter start-up, docs/performance.md)
+    with SharedRayCluster(env_extra=OFFLINE) if args.shared_ray else contextlib.nullcontext() as cluster:
         for run in runs:
             run_dir = run_dirs[run] = os.path.join(out, run if args.seed == 0 else f"{run}_seed{args.seed}")
             os.makedirs(run_dir, exist_ok=True)

