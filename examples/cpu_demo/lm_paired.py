@@ -109,7 +109,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="1")
     parser.add_argument("--methods", default="DAPO,DAPO_TOKEN")
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--delta", type=float, default=None, help="GTPO_TRAJ_SCALED's δ (nats)")
     parser.add_argument("--out", default=os.path.join(ROOT, "outputs", "demo_lm_paired"))
     parser.add_argument("--score", nargs="+", metavar="RUN_DIR", help="score these run_lm_demo outputs instead of training")
     args = parser.parse_args(argv)
@@ -124,9 +123,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rc = 0
     for seed in (int(s) for s in args.seeds.split(",")):
-        extra = ["--delta", str(args.delta)] if args.delta is not None else []
         rc |= run_lm_demo.main(["--runs", args.methods, "--seed", str(seed), "--steps", str(args.steps),
-                                "--out", os.path.join(args.out, f"seed{seed}"), *extra])
+                                "--out", os.path.join(args.out, f"seed{seed}")])
     return rc
 
 

@@ -40,7 +40,7 @@ from gtpo_verl.trainer.audit_dump import dump_audit_step
 from gtpo_verl.trainer.checkpoints import prune_checkpoints
 from gtpo_verl.trainer.diagnostics import PREFIX, EntropyWatch, masked_token_mean
 from gtpo_verl.trainer.fields import padded, real_rows, response_mask_like
-from gtpo_verl.trainer.health import HealthMonitor
+from gtpo_verl.trainer.health import HealthMonitor, NoopGuard
 from gtpo_verl.trainer.metrics_file import resumed_file_logger
 from gtpo_verl.trainer.state import STATE_FILE, GTPOAlgorithmState, MissingAlgorithmState
 from gtpo_verl.trainer.validation_metrics import gtpo_validation_metrics
@@ -83,6 +83,13 @@ class GTPOTrainerMixin:
             self._gtpo_health = HealthMonitor()
         return self._gtpo_health
 
+    @property
+    def gtpo_noop_guard(self) -> NoopGuard:
+        if not hasattr(self, "_gtpo_noop_guard"):
+            knobs = self.gtpo_advantage_settings.gtpo.health
+            self._gtpo_noop_guard = NoopGuard(on_noop=knobs.on_noop, window=knobs.window, share=knobs.noop_share)
+        return self._gtpo_noop_guard
+
     def on_init_end(self):
         super().on_init_end()
         check_registered()  # plugin import errors are silent in verl: fail here, in the TaskRunner
@@ -109,6 +116,8 @@ class GTPOTrainerMixin:
         batch = self._gtpo_transform_advantages(batch, settings, fields.inputs if fields is not None else {}, metrics)
         if settings.diagnostics:
             metrics.update(self.gtpo_health.update(metrics))
+        if call is not None and fields is not None:  # gtpo.health.on_noop: raises MethodSwitchedOffError to stop
+            metrics.update(self.gtpo_noop_guard.update(call, fields.mask, fields.real, self.gtpo_state.initial_entropy))
         return batch
 
     def _gtpo_read_fields(self, batch, settings: AdvantageSettings) -> Optional[AdvantageFields]:

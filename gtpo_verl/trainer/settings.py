@@ -1,5 +1,6 @@
 """The operational ``gtpo.*`` settings of the trainer: diagnostics, the entropy watch, the generation
-watchdog, the validation metrics, the audit dump and the preflight switch (not algorithm choices).
+watchdog, the no-op guard, the validation metrics, the audit dump and the preflight switch (not
+algorithm choices).
 
 Typed blocks on ``plugin/config.py``'s ``ConfigBlock``, like the algorithm blocks
 (``plugin/estimators/<estimator>.py``): the single source of every default, checked against
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from gtpo_verl.plugin.config import ConfigBlock, ConfigError, number
+from gtpo_verl.plugin.config import ConfigBlock, ConfigError, choice, number
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,21 @@ class WatchdogConfig(ConfigBlock):
         """The timeout in seconds, or None when the watchdog is off."""
         value = self.generation_timeout_s
         return value if value else None
+
+
+@dataclass(frozen=True)
+class HealthConfig(ConfigBlock):
+    """``gtpo.health``: what a run does when its method trains nothing (``trainer/health.py``, ``NoopGuard``)."""
+
+    path: ClassVar[str] = "gtpo.health"
+
+    on_noop: str = choice("stop", ("stop", "warn"))
+    """``stop``: end the run (exit status 4, never requeued) with one line naming the key and a δ that trains;
+    ``warn``: log that line once and train on. For gtpo_verl's estimators (verl's own are not watched)."""
+    window: int = number(3, ge=1, fix="e.g. 3 (steps in a row).")
+    """Steps in a row with δ filtering, or zero advantages on the mixed groups, at or above ``noop_share``."""
+    noop_share: float = number(0.99, gt=0.0, le=1.0, fix="a share in (0, 1], e.g. 0.99.")
+    """The share of responses filtered (or of mixed-group tokens with A = 0) that counts a step as trained on nothing."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +118,8 @@ class GTPOSettings(ConfigBlock):
     """The entropy watch."""
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
     """The generation watchdog."""
+    health: HealthConfig = field(default_factory=HealthConfig)
+    """What a run does when its method trains nothing."""
     validation_metrics: ValidationMetricsConfig = field(default_factory=ValidationMetricsConfig)
     """pass@k / maj@n at validation."""
     audit: AuditConfig = field(default_factory=AuditConfig)

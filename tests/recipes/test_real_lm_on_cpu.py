@@ -78,7 +78,7 @@ def test_scorer_is_verls_gsm8k_flexible_mode(response, truth, score):
 
 def test_lm_runs_compose_against_the_cpu_preset(tmp_path):
     run_lm_demo = demo_module("run_lm_demo")
-    args = run_lm_demo.parse_args(["--seed", "3", "--steps", "8", "--model", str(tmp_path / "model"), "--delta", "1.2"])
+    args = run_lm_demo.parse_args(["--seed", "3", "--steps", "8", "--model", str(tmp_path / "model")])
     for run in run_lm_demo.RUNS:
         overrides = run_lm_demo.lm_overrides(args, str(tmp_path / "data"), run, str(tmp_path / run))
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
@@ -99,7 +99,8 @@ def test_lm_runs_compose_against_the_cpu_preset(tmp_path):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         scaled = compose(config_name="gtpo_trainer_cpu",
                          overrides=run_lm_demo.lm_overrides(args, "d", "GTPO_TRAJ_SCALED", str(tmp_path / "s")))
-    assert scaled.algorithm.gtpo_traj.entropy_threshold == 1.2
+    assert scaled.algorithm.gtpo_traj.entropy_threshold_ratio == 1.5 and scaled.algorithm.gtpo_traj.entropy_threshold is None
+    assert run_lm_demo.EXPECTED_STOP == {"GTPO_TRAJ": (4, "gtpo_verl: the method trains nothing", 2)}
 
 
 # ---------------------------------------------------------------- the fixture, recomputed
