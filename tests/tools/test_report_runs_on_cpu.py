@@ -227,7 +227,7 @@ def test_nan_and_infinity_spelled_out_are_nulls_too(tmp_path):
 
 
 def test_the_studys_method_seed_folders_are_named_as_seeds(tmp_path):
-    for seed in (0, 1):  # research.study writes <out>/<method>/seed<k>/metrics.jsonl
+    for seed in (0, 1):  # one folder per seed: <out>/<method>/seed<k>/metrics.jsonl
         (tmp_path / "DAPO_TOKEN" / f"seed{seed}").mkdir(parents=True)
         write_lines(tmp_path / "DAPO_TOKEN" / f"seed{seed}" / "metrics.jsonl", real_rows()[:3])
     runs = [run for run, _ in load_runs([str(tmp_path / "DAPO_TOKEN")])]
