@@ -41,6 +41,7 @@ from gtpo_verl.trainer.checkpoints import prune_checkpoints
 from gtpo_verl.trainer.diagnostics import PREFIX, EntropyWatch, masked_token_mean
 from gtpo_verl.trainer.fields import padded, real_rows, response_mask_like
 from gtpo_verl.trainer.health import HealthMonitor, NoopGuard
+from gtpo_verl.trainer.probe import run_probe
 from gtpo_verl.trainer.metrics_file import resumed_file_logger
 from gtpo_verl.trainer.state import STATE_FILE, GTPOAlgorithmState, MissingAlgorithmState
 from gtpo_verl.trainer.validation_metrics import gtpo_validation_metrics
@@ -118,6 +119,8 @@ class GTPOTrainerMixin:
             metrics.update(self.gtpo_health.update(metrics))
         if call is not None and fields is not None:  # gtpo.health.on_noop: raises MethodSwitchedOffError to stop
             metrics.update(self.gtpo_noop_guard.update(call, fields.mask, fields.real, self.gtpo_state.initial_entropy))
+            if settings.gtpo.probe:  # the report, then ProbeFinished: no update, no checkpoint
+                run_probe(self, batch, call, fields.mask, fields.real, fields.entropy)
         return batch
 
     def _gtpo_read_fields(self, batch, settings: AdvantageSettings) -> Optional[AdvantageFields]:

@@ -109,6 +109,9 @@ class GTPOSettings(ConfigBlock):
     """``python -m gtpo_verl.main`` first checks every node of the cluster (``gtpo-preflight``)."""
     dry_run: bool = False
     """``python -m gtpo_verl.main gtpo.dry_run=true``: run every start-up check training runs, then exit 0 before Ray starts."""
+    probe: bool = False
+    """Run the first step up to its advantages (rollout, old-log-prob pass, estimator; no update, no checkpoint, no
+    validation), write its dump and mechanism report to ``<trainer.default_local_dir>/probe`` and exit 0."""
     diagnostics: bool = True
     """Compute the ``gtpo/*`` metrics each step (from tensors already at hand)."""
     remeasure_on_resume: bool = False

@@ -61,6 +61,12 @@ def validate_gtpo_config(config: Any) -> list[str]:
         block_cls.from_config(config)
     _check_batch_shape(config, estimator, row)
     validate_audit_config(config)
+    if GTPOSettings.from_config(config).probe and row is None:
+        raise ConfigError(
+            "gtpo.probe",
+            f"`gtpo.probe=true` reports the mechanism of gtpo_verl's estimators {list(ESTIMATORS)}, not "
+            f"`algorithm.adv_estimator={estimator}`: probe the recipe's gtpo_verl counterpart, or set gtpo.probe=false."
+        )
     _check_reward_model_http(config)
     _check_resume_state(config)
 

@@ -146,13 +146,16 @@ def error_in(exc: BaseException, kind: type = GenerationStalledError) -> Optiona
 
 
 def exit_on_known_error(exc: BaseException) -> None:
-    """If ``exc`` carries a GenerationStalledError (status 3, requeued by the SLURM launcher) or a
-    MethodSwitchedOffError (status 4, not requeued): print its message on one line and exit with its status."""
+    """If ``exc`` carries a GenerationStalledError (status 3, requeued by the SLURM launcher), a
+    MethodSwitchedOffError (status 4, not requeued) or the probe's ProbeFinished (0, its report written):
+    print its message on one line and exit with its status."""
     from gtpo_verl.trainer.health import NOOP_EXIT_STATUS, MethodSwitchedOffError
+    from gtpo_verl.trainer.probe import ProbeFinished
 
-    for kind, status in ((GenerationStalledError, EXIT_STATUS), (MethodSwitchedOffError, NOOP_EXIT_STATUS)):
+    for kind, status in ((GenerationStalledError, EXIT_STATUS), (MethodSwitchedOffError, NOOP_EXIT_STATUS),
+                         (ProbeFinished, 0)):
         found = error_in(exc, kind)
         if found is not None:
             message = found.args[0] if found.args else str(found)
-            print(f"gtpo_verl: {message}", file=sys.stderr, flush=True)  # one message, not Ray's traceback
+            print(f"gtpo_verl: {message}", file=sys.stderr if status else sys.stdout, flush=True)  # not Ray's traceback
             raise SystemExit(status) from None
