@@ -23,6 +23,7 @@ import contextlib
 import glob
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -111,6 +112,30 @@ def phase_shares(rows: list[dict]) -> dict[str, float]:
     return out
 
 
+def probe_runs(args, runs: list[str], data_dir: str, out: str) -> int:
+    """``gtpo.probe=true`` for each run: exit 0, its line, its report; the wall time of each in ``out/probe.json``."""
+    from gtpo_verl.cpu.launch import launch
+
+    records = {}
+    for run in runs:
+        run_dir = os.path.join(out, f"{run}_probe")
+        shutil.rmtree(run_dir, ignore_errors=True)
+        os.makedirs(run_dir)
+        overrides = lm_overrides(args, data_dir, run, run_dir) + ["gtpo.probe=true", f"hydra.run.dir={run_dir}"]
+        log_path = os.path.join(run_dir, "train.log")
+        rc, wall = launch(overrides, log_path, os.path.join(run_dir, "metrics.jsonl"), args.timeout, cwd=ROOT,
+                          env_extra=OFFLINE)
+        report = os.path.join(run_dir, "checkpoints", "probe", "mechanism.json")
+        with open(log_path, errors="replace") as f:
+            line = next((x for x in f.read().splitlines() if x.startswith("gtpo_verl: gtpo.probe:")), None)
+        records[run] = {"returncode": rc, "wall_s": round(wall, 1), "line": line,
+                        "report": report if os.path.exists(report) else None}
+        print(json.dumps({run: records[run]}), flush=True)
+    with open(os.path.join(out, "probe.json"), "w") as f:
+        json.dump(records, f, indent=1)
+    return 0 if all(r["returncode"] == 0 and r["line"] and r["report"] for r in records.values()) else 1
+
+
 def expected_stop_failures(run: str, stop: tuple[int, str, int], record: dict, log_path: str) -> list[str]:
     """A run that must stop early: its exit status, its one line in the log, no more steps than the window allows."""
     status, line, most_steps = stop
@@ -145,6 +170,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default=MODEL_DIR)
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per launch")
     parser.add_argument("--shared-ray", action="store_true", help="every run joins one Ray head")
+    parser.add_argument("--probe", action="store_true",
+                        help="gtpo.probe=true for each run: step 1 up to its advantages, the mechanism report, exit 0")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra override for every run")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -168,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = os.path.join(out, "data")
     write_splits(data_dir, train=512, val=args.val_prompts)
 
+    if args.probe:
+        return probe_runs(args, runs, data_dir, out)
     settings = {k: getattr(args, k)
                 for k in ("seed", "steps", "prompts", "group", "lr", "max_response_length", "actor_dtype")}
     summary, history, failures, run_dirs = {"_model": model, "_settings": settings}, {}, [], {}
