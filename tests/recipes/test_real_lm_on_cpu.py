@@ -307,26 +307,3 @@ def test_peak_memory_sees_every_process_of_a_launch():
     peaks = sampler.stop()
     assert peaks["python"] >= 200 and peaks["_tree_total_pss"] >= 200, peaks
 
-
-def test_paired_endpoints_and_scoring_by_hand(tmp_path):
-    """Endpoints from a run record (halves of the curves) and the pairing of seeds, golden values by hand."""
-    lm_paired = demo_module("lm_paired")
-    record = {"steps_completed": 4, "validation": {lm_paired.VAL_KEY: 0.25},
-              "curves": {"critic/score/mean": [0.1, 0.3, 0.4, 0.6], "gtpo/entropy/batch_mean": [2.0, 2.2, 1.8, 1.6],
-                         "response_length/mean": [30, 28, 20, 22]}}
-    # reward: (0.4 + 0.6)/2 − (0.1 + 0.3)/2 = 0.3; entropy (1.8 + 1.6)/2 = 1.7; length (20 + 22)/2 = 21
-    assert lm_paired.endpoints(record) == pytest.approx({"reward_change": 0.3, "val_mean@4": 0.25, "entropy": 1.7, "length": 21.0})
-    for seed, shift in ((0, 0.1), (1, 0.2)):
-        run_dir = tmp_path / f"seed{seed}"
-        run_dir.mkdir()
-        token = json.loads(json.dumps(record))
-        token["validation"][lm_paired.VAL_KEY] += shift
-        summary = {"_settings": {"seed": seed}, "DAPO": record, "DAPO_TOKEN": token}
-        (run_dir / "summary.json").write_text(json.dumps(summary))
-    result = lm_paired.score(lm_paired.collect([str(tmp_path / "seed0"), str(tmp_path / "seed1")]))
-    val = next(r for r in result["comparisons"] if r["endpoint"] == "val_mean@4")
-    assert val["paired_seeds"] == [0, 1] and val["per_seed_difference"] == pytest.approx([0.1, 0.2])
-    assert val["test"] == "exact Wilcoxon signed-rank" and val["p"] == 0.5 and val["smallest_p"] == 0.5  # 2 seeds: 2/2² at best
-    assert val["verdict"] == "no difference detected"
-    assert result["reward_rise_all_runs"]["rose"] == 4
-    assert "| DAPO_TOKEN | DAPO | arithmetic | val_mean@4 | 2 | exact Wilcoxon signed-rank |" in lm_paired.render(result)
