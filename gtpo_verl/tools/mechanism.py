@@ -39,10 +39,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-import torch
-
 from gtpo_verl.tools.cli import ArgumentParser, fail
-from gtpo_verl.trainer.audit_dump import DUMP_PATTERN, AuditDumpError, load_audit_step
+
+# the files of ``trainer/audit_dump.DUMP_PATTERN`` (that module imports torch; gtpo-report looks for dumps without it)
+DUMP_GLOB = "step_*.json"
 
 CANDIDATE_RATIOS = (1.0, 1.25, 1.5, 2.0)
 """δ = ratio · ⟨H⟩_ini candidates the report prices (``algorithm.gtpo_traj.entropy_threshold_ratio``)."""
@@ -72,6 +72,8 @@ class Mechanism:
 
 def checked_record(record: dict, path: str) -> dict:
     """``record`` if it holds what the report reads, with matching row counts; else an ``AuditDumpError``."""
+    from gtpo_verl.trainer.audit_dump import AuditDumpError
+
     missing = [k for k in RECORD_KEYS if k not in record]
     if missing:
         raise AuditDumpError(f"{path}: fields {missing} are missing: not a complete audit dump")
@@ -85,6 +87,7 @@ def checked_record(record: dict, path: str) -> dict:
 def run_estimators(record: dict) -> Mechanism:
     """Every table estimator's ``run`` on the dump's non-padding rows, in float64, each with its block of the
     dump's ``algorithm`` config; plus the masks of the report."""
+    import torch
     from omegaconf import OmegaConf
 
     from gtpo_verl.algorithms.token_shaping import column_share
@@ -126,7 +129,7 @@ def run_estimators(record: dict) -> Mechanism:
                      conflict_tokens=valid & (weights != 1.0))
 
 
-def _share(part: torch.Tensor, whole: torch.Tensor) -> Optional[float]:
+def _share(part, whole) -> Optional[float]:
     whole = float(whole)
     return float(part) / whole if whole else None
 
@@ -167,6 +170,8 @@ def delta_shares(m: Mechanism, ratios: Sequence[float] = CANDIDATE_RATIOS) -> tu
 
 def successes_per_group(group_ids: torch.Tensor, num_groups: int, success: torch.Tensor) -> list[int]:
     """|O+| of each group, the groups in the order their first response appears in the batch."""
+    import torch
+
     counts = torch.zeros(num_groups, dtype=torch.int64).index_add_(0, group_ids, success.to(torch.int64))
     first = torch.full((num_groups,), group_ids.numel(), dtype=torch.int64).scatter_reduce(
         0, group_ids, torch.arange(group_ids.numel()), "amin")
@@ -175,6 +180,8 @@ def successes_per_group(group_ids: torch.Tensor, num_groups: int, success: torch
 
 def mechanism_report(m: Mechanism, ratios: Sequence[float] = CANDIDATE_RATIOS) -> dict:
     """The report of one dump (the JSON the command writes per step)."""
+    import torch
+
     from gtpo_verl.lab.entropy_profile import entropy_profile
     from gtpo_verl.trainer.health import method_health
 
@@ -234,24 +241,42 @@ def dump_paths(directory: str) -> list[str]:
     """The dumps' records in ``directory``, by step."""
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"{directory} is not a folder: give the run's gtpo.audit.dir")
-    paths = glob.glob(os.path.join(directory, DUMP_PATTERN.format(step="*")))
+    paths = glob.glob(os.path.join(directory, DUMP_GLOB))
     steps = {}
     for path in paths:
         name = os.path.basename(path)[len("step_"):-len(".json")]
         if name.isdigit():
             steps[int(name)] = path
     if not steps:
-        raise FileNotFoundError(f"no audit dumps ({DUMP_PATTERN.format(step='<k>')}) in {directory}: "
+        raise FileNotFoundError(f"no audit dumps (step_<k>.json) in {directory}: "
                                 f"run with gtpo.audit.steps=[k] gtpo.audit.dir={directory}")
     return [steps[k] for k in sorted(steps)]
 
 
 def analyse_dir(directory: str, ratios: Sequence[float] = CANDIDATE_RATIOS) -> dict:
     """The report of every dump in ``directory``: ``{"dir", "steps": [one report per dump]}``."""
+    from gtpo_verl.trainer.audit_dump import load_audit_step
+
     steps = []
     for path in dump_paths(directory):
         steps.append(mechanism_report(run_estimators(checked_record(load_audit_step(path), path)), ratios))
     return {"dir": os.path.abspath(directory), "steps": steps}
+
+
+def find_audit_dir(folder: Optional[str], config: Optional[dict] = None) -> Optional[str]:
+    """A run folder's audit dumps: its ``gtpo.audit.dir`` (as given, or relative to the folder), else its
+    ``audit/`` (where the demos put them); None when neither holds a dump."""
+    if not folder:
+        return None
+    candidates = []
+    configured = (config or {}).get("gtpo.audit.dir")
+    if configured and configured not in ("null", "None"):
+        candidates += [configured] if os.path.isabs(configured) else [configured, os.path.join(folder, configured)]
+    candidates.append(os.path.join(folder, "audit"))
+    for candidate in candidates:
+        if os.path.isdir(candidate) and glob.glob(os.path.join(candidate, DUMP_GLOB)):
+            return candidate
+    return None
 
 
 # ------------------------------------------------------------------------------------------ table
@@ -338,7 +363,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         report = analyse_dir(args.dir, args.ratios)
-    except (FileNotFoundError, AuditDumpError, ValueError, OSError) as err:
+    except (FileNotFoundError, ValueError, OSError) as err:  # AuditDumpError is a ValueError
         fail(parser.prog, str(err))
     print(render_table(report))
     if args.json:
