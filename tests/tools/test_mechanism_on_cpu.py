@@ -271,3 +271,17 @@ def test_report_finds_the_configured_audit_dir_and_warns_on_a_bad_dump(tmp_path)
     (_, ctx), = load_runs({"bad": str(bad)})
     assert ctx["mechanism"] is None
     assert any(w.startswith("the mechanism report of ") for w in ctx["warnings"])
+
+
+def test_a_batch_without_successes_reports_none_not_nan(tmp_path, capsys):
+    """All-equal groups (every score 0): no O+ token, no GRPO-S weight, no active response; the report says so."""
+    record = fixture_record()
+    record["scores"] = torch.zeros_like(record["scores"])
+    step = mechanism.analyse_dir(write_dump(tmp_path, record))["steps"][0]
+    assert step["batch"]["pass_rate"] == 0.0
+    assert step["gtpo_token"]["bonus_share_on_top20"] is None and step["gtpo_token"]["success_tokens_alone_in_column"] is None
+    assert step["grpo_s"]["successes"] == 0 and "std" not in step["grpo_s"]
+    assert step["conflict"] == {"active_responses": 0, "token_share_in_runs": 0.0, "token_share_in_runs_all_valid": 0.0}
+    json.dumps(step, allow_nan=False)
+    assert mechanism.main([str(tmp_path)]) == 0
+    assert re.search(r"^GRPO-S: weight min / max\s+– / –$", capsys.readouterr().out, re.M)
