@@ -48,6 +48,7 @@ CANDIDATE_RATIOS = (1.0, 1.25, 1.5, 2.0)
 """δ = ratio · ⟨H⟩_ini candidates the report prices (``algorithm.gtpo_traj.entropy_threshold_ratio``)."""
 OFFICIAL_DELTA = 0.7  # Paper A's released δ in nats (the ``official`` preset)
 HIGH_ENTROPY_FRACTION = 0.2  # each response's top ⌈0.2·|o_i|⌉ tokens by entropy
+RUN_MARKER_WEIGHT = 2.0  # W of S12 for marking the runs: any W ≠ 1 gives λ ≠ 1 exactly on them
 RECORD_KEYS = ("step", "estimator", "algorithm", "uids", "is_padding", "response_mask", "entropys", "responses", "scores")
 
 
@@ -122,7 +123,7 @@ def run_estimators(record: dict) -> Mechanism:
     lengths = valid.sum(-1)
     # S12: λ_{i,t} ≠ 1 exactly on the forward and backward runs of a response with A_i ≠ 0
     weights = conflict_token_weights(traj.forward_run, traj.backward_run, lengths, traj.raw_advantage, mask.shape[-1],
-                                     conflict_weight=2.0, overlap="union")
+                                     conflict_weight=RUN_MARKER_WEIGHT, overlap="union")
     top = torch.from_numpy(top_mask(entropy.numpy(), mask.numpy(), HIGH_ENTROPY_FRACTION))
     return Mechanism(record=record, calls=calls, initial_entropy=initial, initial_entropy_source=source,
                      bonus_share=bonus, success_tokens=success_tokens, top_tokens=top,
