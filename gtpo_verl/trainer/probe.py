@@ -33,13 +33,13 @@ def probe_folder(config) -> str:
 
 def run_probe(trainer, batch, call, mask: torch.Tensor, real: torch.Tensor, entropy) -> None:
     """Dump the step, write its mechanism report, raise ``ProbeFinished`` (never returns)."""
-    from gtpo_verl.tools.mechanism import mechanism_report
+    from gtpo_verl.tools.mechanism import analyse_dir
 
     folder = probe_folder(trainer.config)
     step = int(getattr(trainer, "global_steps", 0))
     dump = dump_audit_step(trainer, batch, AuditConfig(steps=(step,), dir=folder), call, entropy)
     report = {"step": step, "estimator": call.name, "dump": dump,
-              "health": method_health(call, mask, real), "mechanism": mechanism_report(folder)}
+              "health": method_health(call, mask, real), "mechanism": analyse_dir(folder)}
     path = os.path.join(folder, REPORT_FILE)
     with open(path + ".part", "w") as f:
         json.dump(report, f, indent=1, ensure_ascii=False)
