@@ -71,7 +71,7 @@ class GTPOTrainerMixin:
         if not hasattr(self, "_gtpo_entropy_watch"):
             knobs = self.gtpo_advantage_settings.gtpo.entropy_warning
             watch = EntropyWatch(ratio=knobs.ratio, fall_ratio=knobs.fall_ratio, momentum=knobs.momentum,
-                                 warmup_steps=knobs.warmup_steps)
+                                 warmup_steps=knobs.warmup_steps, persist_steps=knobs.persist_steps)
             if self.gtpo_state.entropy_watch:
                 watch.load_state_dict(self.gtpo_state.entropy_watch)
             self._gtpo_entropy_watch = watch
@@ -185,9 +185,9 @@ class GTPOTrainerMixin:
         watch = self.gtpo_entropy_watch
         if watch_metrics[PREFIX + "entropy/collapse_warning"]:
             logger.warning(
-                "gtpo: mean old-policy entropy %.4f is %.2fx its running baseline (threshold %.2fx): "
-                "entropy is rising fast, which Paper A observes before a policy collapse.",
-                batch_mean, watch_metrics[PREFIX + "entropy/rise_ratio"], watch.ratio,
+                "gtpo: mean old-policy entropy %.4f has been above %.2fx its floor %.4f for %d steps in a row: "
+                "entropy is rising, which Paper A observes before a policy collapse.",
+                batch_mean, watch.ratio, watch_metrics[PREFIX + "entropy/floor"], watch.streak,
             )
         if watch_metrics[PREFIX + "entropy/fall_warning"]:
             logger.warning(

@@ -15,14 +15,25 @@ from typing import ClassVar, Optional
 from gtpo_verl.plugin.config import ConfigBlock, ConfigError, choice, number
 
 
+# The fewest prompts a step from which the rising flag raised no false alarm on the lab's runs that never
+# degrade, replayed at 1-64 prompts a step (docs/lab.md, `python -m gtpo_verl.lab.health`); None: at none.
+RISING_FLAG_QUIET_PROMPTS: dict[tuple[float, int], Optional[int]] = {
+    (1.1, 1): None, (1.1, 3): None, (1.1, 5): None, (1.1, 10): None,
+    (1.25, 1): None, (1.25, 3): None, (1.25, 5): None, (1.25, 10): 1,
+    (1.5, 1): None, (1.5, 3): 64, (1.5, 5): 2, (1.5, 10): 1,
+    (2.0, 1): 32, (2.0, 3): 4, (2.0, 5): 1, (2.0, 10): 1,
+}
+
+
 @dataclass(frozen=True)
 class EntropyWarningConfig(ConfigBlock):
     """``gtpo.entropy_warning``: the entropy watch (docs/metrics.md, ``gtpo/entropy/*``)."""
 
     path: ClassVar[str] = "gtpo.entropy_warning"
 
-    ratio: float = number(1.5, gt=1.0, fix="e.g. 1.5 (warn at a 50% rise).")
-    """Warn when the batch mean entropy exceeds ratio × its running baseline (rising: Paper A's collapse)."""
+    ratio: float = number(1.25, gt=1.0, fix="e.g. 1.25 (warn at a 25% rise).")
+    """Warn when the batch mean entropy stays above ratio × its floor, the lowest running baseline since
+    warm-up, for ``persist_steps`` steps in a row (rising: Paper A's collapse)."""
     fall_ratio: Optional[float] = number(None, gt=1.0, fix="e.g. 1.5 (warn at a fall to 2/3), or null.")
     """Warn when it drops below its running baseline / fall_ratio (entropy collapse); null = off.
     In the lab 1.1 warned before most degrading runs and in most of the others too (docs/lab.md)."""
@@ -30,6 +41,16 @@ class EntropyWarningConfig(ConfigBlock):
     """EMA momentum of the baseline."""
     warmup_steps: int = number(3, ge=0, fix="e.g. 3.")
     """Steps that only build the baseline."""
+    persist_steps: int = number(10, ge=1, fix="e.g. 10 (steps in a row; 1 flags every single batch above the ratio).")
+    """Steps in a row above ratio × floor before the rising flag. With ratio 1.25, 10 raised no false alarm
+    on the lab's runs replayed at 1 to 64 prompts a step (docs/lab.md)."""
+
+    def quiet_min_prompts(self) -> Optional[int]:
+        """The prompts a step the rising flag needs to stay quiet on the lab's runs (``RISING_FLAG_QUIET_PROMPTS``),
+        read for the nearest replayed rule at least as loose as this one; None: quiet at no replayed batch size."""
+        ratios = [r for r, _ in RISING_FLAG_QUIET_PROMPTS if r <= self.ratio]
+        steps = [k for _, k in RISING_FLAG_QUIET_PROMPTS if k <= self.persist_steps]
+        return RISING_FLAG_QUIET_PROMPTS[(max(ratios), max(steps))] if ratios else None
 
 
 @dataclass(frozen=True)
