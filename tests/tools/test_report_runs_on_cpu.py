@@ -193,6 +193,11 @@ def test_the_trainers_warnings_come_back_from_its_flags(tmp_path):
     assert warnings[2].startswith("step 5: gtpo/health/delta_filtered on")
     # the check's own message, with the key that fixes it
     assert "algorithm.gtpo_traj.ini_entropy_gate=true" in warnings[1] and "drops 95% of responses" in warnings[1]
+    # a run whose watch kept its floor: the rise against the floor and the steps in a row
+    write_lines(tmp_path / "floor.jsonl", [(12, {"gtpo/entropy/collapse_warning": 1, "gtpo/entropy/batch_mean": 1.5,
+                                                 "gtpo/entropy/floor": 1.0, "gtpo/entropy/rise_steps": 10})])
+    (warning,) = metric_warnings(read_run([str(tmp_path / "floor.jsonl")]))
+    assert "entropy 1.5, 1.5× its lowest baseline, above gtpo.entropy_warning.ratio for 10 steps in a row" in warning
 
 
 def test_gtpo_warning_lines_are_found_in_the_run_logs(tmp_path):
