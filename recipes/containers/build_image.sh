@@ -14,7 +14,8 @@
 #   WORK_DIR          scratch space: enroot unpacks the ~30 GB image there (default: a new folder under TMPDIR)
 #
 # Default OUTPUT: gtpo_verl-<version>+<base tag>.sqsh / .sif in the current folder; TAG
-# gtpo_verl:<version>-<base tag>. Rebuild after changing the checkout: the image holds a copy.
+# gtpo_verl:<version>-<base tag>. The image holds a copy, but ray_on_slurm.sbatch runs the mounted
+# checkout (docs/reproduce.md, section 1): rebuild after changing setup.py or requirements/gpu.txt.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
