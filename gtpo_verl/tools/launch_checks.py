@@ -110,8 +110,8 @@ def cache_check(config, nodes) -> Optional[CheckTuple]:
     bad = [f"{n.name}: {why}" for n in probed for why in n.report["caches"].values() if why]
     return (
         "caches", not bad,
-        "; ".join(bad) if bad else f"{len(next(iter(probed)).report['caches'])} cache folders writable on "
-        f"{len(probed)} node{'s' * (len(probed) != 1)}",
+        "; ".join(bad) if bad else f"{len(probed[0].report['caches'])} cache folder"
+        f"{'s' * (len(probed[0].report['caches']) != 1)} writable on {len(probed)} node{'s' * (len(probed) != 1)}",
         "export XDG_CACHE_HOME, HF_HOME, TRITON_CACHE_DIR, VLLM_CACHE_ROOT and TORCHINDUCTOR_CACHE_DIR to a "
         "node-local folder mounted into the container before `ray start` (recipes/slurm/ray_on_slurm.sbatch does: "
         "CACHE_DIR under NODE_LOCAL_DIR)",
