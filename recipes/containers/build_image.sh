@@ -65,8 +65,10 @@ enroot)
     enroot create --name "${container}" "${work}/base.sqsh"
     rm -f "${work}/base.sqsh"
     # GPU-less: verl's CUDA image asks for every GPU (NVIDIA_VISIBLE_DEVICES=all), and enroot's nvidia
-    # hook fails on a host without a driver (the login node with the network); the install needs none
-    enroot start --root --rw --env NVIDIA_VISIBLE_DEVICES=void --env MELLANOX_VISIBLE_DEVICES=void \
+    # hook fails on a host without a driver (the login node with the network); the install needs none.
+    # The hooks prefer their own environment to the image's; --env sets the container's the same.
+    NVIDIA_VISIBLE_DEVICES=void MELLANOX_VISIBLE_DEVICES=void \
+        enroot start --root --rw --env NVIDIA_VISIBLE_DEVICES=void --env MELLANOX_VISIBLE_DEVICES=void \
         --mount "${work}/src:${SRC_IN_IMAGE}:none:x-create=dir,bind,ro" "${container}" "${install[@]}"
     enroot export --output "${output}" "${container}"
     ;;

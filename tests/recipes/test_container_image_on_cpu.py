@@ -42,7 +42,8 @@ def stubs(tmp_path_factory):
         shutil.move(folder / tool, recorder)
         (folder / tool).write_text(
             "#!/usr/bin/env bash\n"
-            'if [[ "$1" == start ]]; then args=("$@"); for i in "${!args[@]}"; do\n'
+            'if [[ "$1" == start ]]; then echo "${NVIDIA_VISIBLE_DEVICES-unset} ${MELLANOX_VISIBLE_DEVICES-unset}" '
+            '> "${STUB_LOG_DIR}.hook_env"; args=("$@"); for i in "${!args[@]}"; do\n'
             '    [[ "${args[i]}" == --mount ]] && src=${args[i + 1]%%:*}; done\n'
             'elif [[ "$1" == build ]]; then src=' + source + "; fi\n"
             'if [[ -n "${src-}" ]]; then (cd "${src}" && find . -type f ! -path "*/__pycache__/*" | sort) > "${STUB_LOG_DIR}.staged"; fi\n'
@@ -90,6 +91,9 @@ def test_enroot_build_runs_gpu_less(stubs, tmp_path):
     envs = [started[i + 1] for i, arg in enumerate(started) if arg == "--env"]
     assert "NVIDIA_VISIBLE_DEVICES=void" in envs and "MELLANOX_VISIBLE_DEVICES=void" in envs
     assert started.index("--env") < started.index("--mount")  # options, before the container's name
+    # and in enroot's own environment, which its hooks prefer to the image's
+    (hook_env,) = tmp_path.glob("calls_*.hook_env")
+    assert hook_env.read_text().split() == ["void", "void"]
 
 
 def test_apptainer_build_uses_a_definition_on_verls_image(stubs, tmp_path):

@@ -4,8 +4,10 @@
 - mounts: CONTAINER_MOUNTS is extended, never replaced, with the submission directory (every step's
   working directory), the token folder and the node-local folders, each at its own path, unless a
   mount already holds it there; with pyxis and with Apptainer.
-- InfiniBand: MELLANOX_VISIBLE_DEVICES=all reaches every step (enroot's mellanox hook passes no HCA
-  without it under ENROOT_RESTRICT_DEV=y); a site's own value is kept.
+- InfiniBand: MELLANOX_VISIBLE_DEVICES=all reaches every step where the batch host has
+  /dev/infiniband/rdma_cm (enroot's mellanox hook passes no HCA without it under
+  ENROOT_RESTRICT_DEV=y, and cannot start a container on a node without rdma_cm with it); unset
+  without the device or with NCCL_IB_DISABLE=1; a site's own value is kept.
 - caches and Ray's temp dir: one node-local folder per node, created on every node before any
   container starts; XDG / HF / Triton / vLLM / torch.compile caches exported into it unless set;
   `ray start --temp-dir` on every node; a temp dir too long for Ray's socket paths stops the job first.
@@ -121,8 +123,18 @@ def test_container_mounts_are_extended_with_the_checkout_and_the_token_folder(st
 
 
 # ---------------------------------------------------------------- InfiniBand, caches, Ray's temp dir
+def infiniband(tmp_path):
+    """A stand-in for the batch host's /dev/infiniband, with the RDMA CM device enroot's hook mounts."""
+    folder = tmp_path / "infiniband"
+    folder.mkdir(exist_ok=True)
+    (folder / "rdma_cm").write_text("")
+    (folder / "uverbs0").write_text("")
+    return folder
+
+
 def test_infiniband_devices_and_writable_node_local_caches_reach_every_step(stubs, tmp_path):
-    proc, calls, env, seen = run(stubs, tmp_path, CONTAINER_IMAGE=IMAGE, CONTAINER_MOUNTS="/shared:/shared")
+    proc, calls, env, seen = run(stubs, tmp_path, CONTAINER_IMAGE=IMAGE, CONTAINER_MOUNTS="/shared:/shared",
+                                 INFINIBAND_DIR=infiniband(tmp_path))
     assert proc.returncode == 0, proc.stderr
     cache = f"{env['NODE_LOCAL_DIR']}/gtpo_verl_cache_{USER}"
     wanted = {"MELLANOX_VISIBLE_DEVICES": "all", "XDG_CACHE_HOME": cache, "HF_HOME": f"{cache}/huggingface",
@@ -139,9 +151,17 @@ def test_infiniband_devices_and_writable_node_local_caches_reach_every_step(stub
     starts = [argv for tool, _, _, argv in calls if tool == "ray" and argv[0] == "start"]
     assert len(starts) == 3 and all(f"--temp-dir={env['NODE_LOCAL_DIR']}/gtpo_ray_4242" in argv for argv in starts)
 
+    assert "MELLANOX_VISIBLE_DEVICES=all" in proc.stdout
+
     # a site's own choices are kept
-    proc, _, _, seen = run(stubs, tmp_path, MELLANOX_VISIBLE_DEVICES="0,1", HF_HOME="/shared/hf")
+    proc, _, _, seen = run(stubs, tmp_path, MELLANOX_VISIBLE_DEVICES="0,1", HF_HOME="/shared/hf",
+                           INFINIBAND_DIR=infiniband(tmp_path))
     assert proc.returncode == 0 and {(v["MELLANOX_VISIBLE_DEVICES"], v["HF_HOME"]) for _, v in seen} == {("0,1", "/shared/hf")}
+    # no InfiniBand on the node, or TCP chosen: unset (the hook would fail to mount rdma_cm), and said
+    for extra in ({"INFINIBAND_DIR": tmp_path / "absent"}, {"INFINIBAND_DIR": infiniband(tmp_path), "NCCL_IB_DISABLE": 1}):
+        proc, _, _, seen = run(stubs, tmp_path, CONTAINER_IMAGE=IMAGE, **extra)
+        assert proc.returncode == 0 and {v["MELLANOX_VISIBLE_DEVICES"] for _, v in seen} == {"unset"}, extra
+        assert "MELLANOX_VISIBLE_DEVICES=unset" in proc.stdout
 
 
 def test_a_ray_temp_dir_too_long_for_rays_sockets_stops_the_job_first(stubs, tmp_path):
