@@ -23,12 +23,15 @@ from support.paths import REPO_ROOT
 HOME = "/cluster/home"  # the recipes' paths default under $HOME/verl
 
 STUB = r"""#!/usr/bin/env bash
+trap 'stub_stopped=1' TERM  # a script that stops this call at once (`ray start` at the job's end) gets its record first
 printf '%s\0' "$(basename "$0")" "${RAY_ADDRESS-}" "${LAUNCHER-}" "$@" > "${STUB_LOG_DIR}/$(date +%s%N)-$$-${RANDOM}"
 if [[ -n "${STUB_ENV_LOG-}" ]]; then  # who saw which Ray auth settings (and the token file's mode)
     mode=none; [[ -n "${RAY_AUTH_TOKEN_PATH-}" && -f "${RAY_AUTH_TOKEN_PATH}" ]] && mode=$(stat -c %a "${RAY_AUTH_TOKEN_PATH}")
     printf '%s %s %s %s %s %s\n' "$(basename "$0")" "${1-}" "${STUB_NODE-host}" "${RAY_AUTH_MODE-unset}" \
         "${RAY_AUTH_TOKEN_PATH:-${RAY_AUTH_TOKEN:+env}}" "${mode}" >> "${STUB_ENV_LOG}"
 fi
+trap - TERM
+[[ -z "${stub_stopped-}" ]] || exit 143
 """
 STUBS = {
     "python3": STUB + 'exit "${STUB_PYTHON_EXIT:-0}"\n',
