@@ -145,8 +145,10 @@ def test_infiniband_devices_and_writable_node_local_caches_reach_every_step(stub
     commands = [command for _, command in srun_commands(calls)]
     folders = next(i for i, c in enumerate(commands) if c[:2] == ["mkdir", "-p"])
     create = next(i for i, c in enumerate(commands) if c[-1:] == ["true"])
-    assert folders < create and set(commands[folders][2:]) == {f"{env['NODE_LOCAL_DIR']}/gtpo_ray_4242", cache}
+    assert folders < create and commands[folders][2:4] == ["-m", "0700"]  # this user's only
+    assert set(commands[folders][4:]) == {f"{env['NODE_LOCAL_DIR']}/gtpo_ray_4242", cache}
     assert Path(cache).is_dir() and Path(env["NODE_LOCAL_DIR"], "gtpo_ray_4242").is_dir()
+    assert (Path(cache).stat().st_mode & 0o777) == 0o700
     # Ray's sockets and logs on that disk, on every node
     starts = [argv for tool, _, _, argv in calls if tool == "ray" and argv[0] == "start"]
     assert len(starts) == 3 and all(f"--temp-dir={env['NODE_LOCAL_DIR']}/gtpo_ray_4242" in argv for argv in starts)
