@@ -52,6 +52,7 @@ setup(
             "gtpo-audit = gtpo_verl.tools.audit:main",
             "gtpo-dashboard = gtpo_verl.tools.dashboard:main",
             "gtpo-report = gtpo_verl.tools.report.cli:main",
+            "gtpo-mechanism = gtpo_verl.tools.mechanism:main",
         ],
     },
 )

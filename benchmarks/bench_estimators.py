@@ -56,14 +56,14 @@ STREAM = "fused add (streaming pass)"  # timed with the candidates: the bandwidt
 class Candidate:
     name: str
     registry_name: str  # the estimator's or loss's name in verl's registry
-    kind: str = "estimator"  # "estimator" | "loss"
+    kind: str = "estimator"  # "estimator" | "loss" | "health" (gtpo/health/* of the estimator's call)
     config: dict = field(default_factory=dict)  # the algorithm node (estimators)
     ours: bool = False  # gets ``entropys`` and ``responses``
     transforms: tuple = ()  # algorithm.adv_transforms entries applied after the estimator
 
     @property
     def reference(self) -> str:
-        return GRPO if self.kind == "estimator" else VANILLA
+        return VANILLA if self.kind == "loss" else GRPO
 
     def floor_inputs(self) -> tuple[str, ...] | None:
         """The (B, T) inputs of its traffic floor besides rewards and mask; None where no floor is stated."""
@@ -90,6 +90,11 @@ CANDIDATES = [
     Candidate("grpo (verl) + high_entropy_tokens", "grpo", config=_BASE, transforms=({"name": "high_entropy_tokens", "rho": 0.2},)),
     Candidate("grpo (verl) + entropy_advantage", "grpo", config=_BASE,
               transforms=({"name": "entropy_advantage", "alpha": 0.4, "kappa": 2.0},)),
+    # the per-step health metrics (trainer/health.py): one more call of the estimator without entropy, counted alone
+    Candidate("gtpo_token health", "gtpo_token", kind="health", config={"gtpo_token": {}}, ours=True),
+    Candidate("grpo_s health", "grpo_s", kind="health", config={"grpo_s": {}}, ours=True),
+    Candidate("gtpo_traj[official] health", "gtpo_traj", kind="health", config={"gtpo_traj": {"preset": "official"}},
+              ours=True),
     Candidate(VANILLA, "vanilla", kind="loss"),
     Candidate("grpo_s loss fwd+bwd", "grpo_s", kind="loss", ours=True),
 ]
@@ -125,6 +130,8 @@ def make_runner(cand: Candidate, batch: Batch) -> Callable[[], torch.Tensor]:
             return advantages
 
         return run_estimator
+    if cand.kind == "health":
+        return health_runner(cand, batch)
 
     from verl.workers.config import ActorConfig, PolicyLossConfig
 
@@ -148,6 +155,21 @@ def make_runner(cand: Candidate, batch: Batch) -> Callable[[], torch.Tensor]:
         return log_prob.grad
 
     return run_loss
+
+
+def health_runner(cand: Candidate, batch: Batch) -> Callable[[], dict]:
+    """``method_health`` of one call of the estimator on ``batch`` (the call itself made once, outside the timing)."""
+    from gtpo_verl.plugin.estimators import ESTIMATORS, EstimatorBatch, EstimatorCall
+    from gtpo_verl.trainer.health import method_health
+
+    row = ESTIMATORS[cand.registry_name]
+    block = row.config(**cand.config[cand.registry_name])
+    estimator_batch = EstimatorBatch.build(cand.name, batch.token_level_rewards.sum(-1), batch.response_mask, batch.uids,
+                                           entropys=batch.entropys, responses=batch.responses)
+    with torch.no_grad():
+        call = EstimatorCall(row.name, block, estimator_batch, row.run(block, estimator_batch))
+    real = torch.ones(batch.response_mask.shape[0], dtype=torch.bool, device=batch.response_mask.device)
+    return lambda: method_health(call, batch.response_mask, real)
 
 
 def time_round_robin(runners: dict[str, Callable], repeats: int, device: torch.device) -> dict[str, float]:

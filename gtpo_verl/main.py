@@ -60,14 +60,14 @@ def _train(config) -> None:
 
     from gtpo_verl.tools.preflight import preflight_enabled, run_preflight
     from gtpo_verl.trainer.mixin import make_task_runner
-    from gtpo_verl.trainer.watchdog import exit_if_stalled
+    from gtpo_verl.trainer.watchdog import exit_on_known_error
 
     if preflight_enabled(config):
         run_preflight(config)  # exits 1 with one line per failed check before any worker starts
     try:
         run_ppo(config, task_runner_class=make_task_runner())
     except Exception as exc:
-        exit_if_stalled(exc)  # gtpo.watchdog: one message, exit status 3, so a requeue resumes
+        exit_on_known_error(exc)  # one line: the watchdog's status 3 (requeued), a no-op method's 4 (not)
         raise
 
 

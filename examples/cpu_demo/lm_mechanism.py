@@ -3,24 +3,29 @@
     .venv-demo/bin/python examples/cpu_demo/lm_mechanism.py FIXTURE_STEM [--demo-summary outputs/demo_lm/summary.json] [--out results.json]
 
 Every number is computed from the committed audit fixture (``lm_fixture.py``: safetensors + JSON)
-by the definitions below, in float64, over the non-padding rows; the same definitions are applied
-to the lab's three tasks at their warm start and to the CPU demo's tiny random-init model
-(``tests/fixtures/lab/real_step_gtpo_token.json``), so the three are comparable.
+over its non-padding rows by ``gtpo-mechanism``'s report (``gtpo_verl/tools/mechanism.py``, which
+runs the estimator table's own equations on the fixture's inputs); this script adds what needs the
+fixture's token texts (the token classes), the dynamic-sampling evictions of its step, the same
+entropy profile of the lab's three tasks at their warm start and of the CPU demo's tiny random-init
+model (``tests/fixtures/lab/real_step_gtpo_token.json``), so the three are comparable, and the
+page's tables.
 
 Definitions (H_{i,t} the old-policy entropy, o_i the valid tokens of response i, ⟨H⟩_i their mean):
 
 - entropy profile and Paper A's δ at 0.7, ln 2 and 1.5·⟨H⟩_ini: ``gtpo_verl.lab.entropy_profile``
-  (one definition for the lab and this page; ⟨H⟩_ini here is the step-1 batch's, the initial model);
-- GTPO-token's bonus (S18): on each group's successes (score > 0), b_{i,t} = H_{i,t} / Σ_{k∈O+_t} H_{k,t} · d_t
-  (α2 cancels in a share); the share of Σ b landing on each success response's top ⌈0.2·|o_i|⌉
-  entropy tokens, and the token classes of those tokens (``token_class``); the share of success
-  tokens alone in their column (d_t = 1), where b = 1 whatever the entropy.
-- GRPO-S (S31): the success weights Ĥ_i / Σ_{k∈O+} Ĥ_k · n (mean 1 in every group): min, max,
-  std (population) and the 10th / 90th percentiles over all successes.
+  and ``algorithms.trajectory.entropy_filter`` (⟨H⟩_ini is the dump's, else the batch's mean ⟨H⟩_i:
+  at step 1, the initial model's);
+- GTPO-token's bonus (S18, ``algorithms.token_shaping.column_share``): on each group's successes,
+  b_{i,t} = H_{i,t} / Σ_{k∈O+_t} H_{k,t} · d_t (α2 cancels in a share); the share of Σ b landing on
+  each success response's top ⌈0.2·|o_i|⌉ entropy tokens, and the token classes of those tokens
+  (``token_class``); the share of success tokens alone in their column (d_t = 1), where b = 1
+  whatever the entropy (the estimator's health hook).
+- GRPO-S (S31): the success weights Ĥ_i / Σ_{k∈O+} Ĥ_k · n (the estimator's ``success_share``, mean 1
+  in every group): min, max, std (population) and the 10th / 90th percentiles over all successes.
 - the conflict mask (A.3): A_i = r_i − mean_group(r); for responses with A_i ≠ 0 the leading runs
   k_f, k_b of positions whose token some opposite-sign response of the group shares at the same
-  position from the start (forward) or from its own end (backward); the share of those responses'
-  valid tokens in F_i ∪ B_i, and the token classes of the tokens in the runs.
+  position from the start (forward) or from its own end (backward), as ``gtpo_traj`` computes them;
+  the share of those responses' valid tokens in F_i ∪ B_i, and the token classes of the tokens in the runs.
 - all-equal groups: the groups verl's dynamic sampling evicted at that step
   (``training/filter_groups/evicted_samples``) over the groups it generated (kept + evicted).
 """
@@ -35,13 +40,14 @@ import sys
 
 import numpy as np
 
-from gtpo_verl.lab.entropy_profile import delta_filter, entropy_profile, mean_entropy, top_mask
+from gtpo_verl.lab.entropy_profile import delta_filter, entropy_profile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DEMO_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "lab", "real_step_gtpo_token.json")
 CLASSES = ("digit", "operator", "word", "format")
 OPERATORS = set("+-=*/×÷")
+SCALED_RATIO = "1.5"  # the page's "δ scaled to the model": 1.5·⟨H⟩_ini
 
 
 def token_class(text: str) -> str:
@@ -58,53 +64,15 @@ def token_class(text: str) -> str:
     return "format"
 
 
-def load_fixture(stem: str) -> dict:
-    """The fixture's tensors as float64 / int64 numpy arrays plus its sidecar, padding rows dropped."""
-    from safetensors.numpy import load_file
+def fixture_record(stem: str) -> dict:
+    """The fixture as an audit record (``load_audit_step``'s fields the mechanism report reads), plus its
+    ``token_text`` and ``step_metrics``; nothing unpickled."""
+    from safetensors.torch import load_file
 
-    arrays = load_file(stem + ".safetensors")
+    tensors = load_file(stem + ".safetensors")
     with open(stem + ".json") as f:
         meta = json.load(f)
-    keep = ~np.asarray(meta["is_padding"], dtype=bool)
-    return {
-        "entropy": arrays["entropys"].astype(np.float64)[keep],
-        "mask": arrays["response_mask"].astype(np.int64)[keep],
-        "ids": arrays["responses"].astype(np.int64)[keep],
-        "scores": arrays["scores"].astype(np.float64)[keep],
-        "uids": [u for u, k in zip(meta["uids"], keep) if k],
-        "token_text": meta.get("token_text", {}),
-        "meta": meta,
-    }
-
-
-def group_index(uids: list[str]) -> np.ndarray:
-    first: dict[str, int] = {}
-    return np.array([first.setdefault(u, len(first)) for u in uids])
-
-
-def gtpo_bonus(entropy: np.ndarray, mask: np.ndarray, scores: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """(B, T) b_{i,t} = H_{i,t} / Σ_{k∈O+_t} H_{k,t} · d_t on success tokens, 0 elsewhere (S18 without α2)."""
-    h = np.clip(entropy, 0.0, None)
-    active = (mask > 0) & (scores > 0)[:, None]
-    bonus = np.zeros_like(h)
-    for g in np.unique(groups):  # one group at a time: a handful of groups per batch
-        rows = groups == g
-        a, hg = active[rows], np.where(active[rows], h[rows], 0.0)
-        column_sum, d = hg.sum(0), a.sum(0)
-        uniform = column_sum <= 0  # all-zero column: each active success gets share 1
-        share = np.where(uniform[None, :], 1.0, hg / np.where(uniform, 1.0, column_sum)[None, :] * d[None, :])
-        bonus[rows] = np.where(a, share, 0.0)
-    return bonus
-
-
-def lone_success_tokens(mask: np.ndarray, scores: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """(B, T) bool: success tokens whose column has d_t = 1; there (S18) gives b = H/H · 1 = 1 whatever the entropy."""
-    active = (mask > 0) & (scores > 0)[:, None]
-    lone = np.zeros_like(active)
-    for g in np.unique(groups):
-        rows = groups == g
-        lone[rows] = active[rows] & (active[rows].sum(0) == 1)[None, :]
-    return lone
+    return {**{k: v for k, v in meta.items() if k != "format"}, **tensors}
 
 
 def class_shares(ids: np.ndarray, selected: np.ndarray, token_text: dict, weights: np.ndarray | None = None) -> dict:
@@ -121,83 +89,44 @@ def top_pieces(ids: np.ndarray, selected: np.ndarray, token_text: dict, count: i
     return [[token_text.get(str(int(values[i])), "?"), int(counts[i])] for i in order]
 
 
-def grpo_s_weights(entropy: np.ndarray, mask: np.ndarray, scores: np.ndarray, groups: np.ndarray) -> dict:
-    per_response = mean_entropy(entropy, mask)
-    weights = []
-    for g in np.unique(groups):
-        success = (groups == g) & (scores > 0)
-        if success.any():
-            weights += list(per_response[success] / per_response[success].sum() * success.sum())
-    w = np.asarray(weights)
-    return {"successes": int(w.size), "min": float(w.min()), "max": float(w.max()), "std": float(w.std()),
-            "p10": float(np.quantile(w, 0.1)), "p90": float(np.quantile(w, 0.9))}
-
-
-def conflict_runs(ids: np.ndarray, mask: np.ndarray, scores: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(B, T) bool M_{i,t} (F_i ∪ B_i) and (B,) bool "A_i ≠ 0", by the tie rule of spec A.1."""
-    lengths = (mask > 0).sum(1)
-    advantage = np.zeros_like(scores)
-    for g in np.unique(groups):
-        rows = groups == g
-        advantage[rows] = scores[rows] - scores[rows].mean()
-        tolerance = 1e-6 * (1 + np.abs(scores[rows]).mean())
-        advantage[rows] = np.where(np.abs(advantage[rows]) <= tolerance, 0.0, advantage[rows])
-    sign = np.sign(advantage)
-    runs = np.zeros(mask.shape, dtype=bool)
-    for i in np.flatnonzero(sign != 0):
-        partners = np.flatnonzero((groups == groups[i]) & (sign == -sign[i]))
-        forward = backward = 0
-        while forward < lengths[i] and any(lengths[j] > forward and ids[j, forward] == ids[i, forward] for j in partners):
-            forward += 1
-        while backward < lengths[i] and any(
-            lengths[j] > backward and ids[j, lengths[j] - 1 - backward] == ids[i, lengths[i] - 1 - backward] for j in partners
-        ):
-            backward += 1
-        runs[i, :forward] = True
-        runs[i, lengths[i] - backward : lengths[i]] = True
-    return runs, sign != 0
-
-
 def analyse_fixture(stem: str) -> dict:
-    data = load_fixture(stem)
-    entropy, mask, ids, scores, text = data["entropy"], data["mask"], data["ids"], data["scores"], data["token_text"]
-    groups = group_index(data["uids"])
-    valid = mask > 0
-    bonus = gtpo_bonus(entropy, mask, scores, groups)
-    success_tokens = valid & (scores > 0)[:, None]
-    top20 = top_mask(entropy, mask, 0.2) & success_tokens
-    runs, active = conflict_runs(ids, mask, scores, groups)
-    active_tokens = valid & active[:, None]
-    group_scores = [scores[groups == g] for g in np.unique(groups)]
-    metrics = data["meta"].get("step_metrics", {})
+    from gtpo_verl.tools.mechanism import mechanism_report, run_estimators
+    from gtpo_verl.trainer.health import all_equal_groups_frac
+
+    record = fixture_record(stem)
+    m = run_estimators(record)
+    report = mechanism_report(m)
+    batch, text = m.batch, record.get("token_text", {})
+    ids, valid = batch.responses.numpy(), (batch.response_mask > 0).numpy()
+    top20 = (m.top_tokens & m.success_tokens).numpy()
+    runs = m.conflict_tokens.numpy()
+    metrics = record.get("step_metrics", {})
     evicted = metrics.get("training/filter_groups/evicted_samples")
-    kept = len(group_scores)
+    kept = batch.num_groups
+    delta, scaled = report["delta"], report["delta"]["ratios"][SCALED_RATIO]
+    token = report["gtpo_token"]
     return {
-        "fixture": {"rows": int(mask.shape[0]), "groups": kept, "tokens": int(valid.sum()),
-                    "estimator": data["meta"]["estimator"], "step": data["meta"]["step"],
-                    "pass_rate": float((scores > 0).mean())},
-        "profile": entropy_profile(entropy, mask),
-        "delta": delta_filter(entropy, mask),
+        "fixture": {"rows": report["batch"]["rows"], "groups": kept, "tokens": report["batch"]["tokens"],
+                    "estimator": record["estimator"], "step": record["step"], "pass_rate": report["batch"]["pass_rate"]},
+        "profile": report["profile"],
+        "delta": {"initial_entropy": delta["initial_entropy"], "scaled_threshold": scaled["threshold"],
+                  "filtered_at_0.7": delta["filtered_at_0.7"], "filtered_at_ln2": delta["filtered_at_ln2"],
+                  "filtered_at_scaled": scaled["filtered"]},
         "gtpo_token": {
-            "bonus_share_on_top20": float(bonus[top20].sum() / bonus[success_tokens].sum()),
-            "success_tokens_alone_in_column": float(lone_success_tokens(mask, scores, groups)[success_tokens].mean()),
-            "successes_per_group": [int((scores[groups == g] > 0).sum()) for g in np.unique(groups)],
-            "entropy_share_on_top20_of_successes": float(np.where(top20, entropy, 0).sum() / np.where(success_tokens, entropy, 0).sum()),
-            "token_share_top20_of_successes": float(top20.sum() / success_tokens.sum()),
+            **{k: token[k] for k in ("bonus_share_on_top20", "success_tokens_alone_in_column", "successes_per_group",
+                                     "entropy_share_on_top20_of_successes", "token_share_top20_of_successes")},
             "top20_token_classes": class_shares(ids, top20, text),
-            "top20_bonus_classes": class_shares(ids, top20, text, bonus),
+            "top20_bonus_classes": class_shares(ids, top20, text, m.bonus_share.numpy()),
             "all_token_classes": class_shares(ids, valid, text),
             "top20_most_common": top_pieces(ids, top20, text),
         },
-        "grpo_s": grpo_s_weights(entropy, mask, scores, groups),
+        "grpo_s": {k: v for k, v in report["grpo_s"].items() if k != "entropy_moved_frac"},
         "conflict": {
-            "active_responses": int(active.sum()),
-            "token_share_in_runs": float(runs[active_tokens].mean()) if active_tokens.any() else 0.0,
-            "token_share_in_runs_all_valid": float(runs[valid].sum() / valid.sum()),
-            "run_token_classes": class_shares(ids, runs & valid, text) if runs.any() else {},
-            "run_most_common": top_pieces(ids, runs & valid, text),
+            **report["conflict"],
+            "run_token_classes": class_shares(ids, runs, text) if runs.any() else {},
+            "run_most_common": top_pieces(ids, runs, text),
         },
-        "all_equal": {"groups_in_batch_all_equal": int(sum(np.all(s == s[0]) for s in group_scores)),
+        "all_equal": {"groups_in_batch_all_equal": round(all_equal_groups_frac(batch.sequence_scores, batch.group_ids) * kept),
                       "evicted_groups_at_step": evicted,
                       "evicted_share_at_step": None if evicted is None else float(evicted / (evicted + kept))},
         "step_metrics": {k: metrics[k] for k in sorted(metrics) if k.startswith(("timing_s/", "actor/pg_clipfrac", "training/filter_groups"))},

@@ -263,24 +263,41 @@ def load_runs(folder: str = RUNS_DIR) -> list[dict]:
     return runs
 
 
+LATE_ARMS = {"DAPO_TOKEN_ROW"}  # registered to enter its family only once all its seeds exist
+
+
+def family_rows(name: str, runs_by_arm: dict[str, set]) -> tuple[list[tuple], list[int]]:
+    """The family's comparisons that are scored, and the seeds they are scored on: every row whose two arms
+    have runs (a late arm only with every registered seed), on the seeds complete for all of those arms."""
+    rows = [c for c in FAMILIES[name] if all(runs_by_arm.get(arm) for arm in c[:2])
+            and all(arm not in LATE_ARMS or set(SEEDS) <= runs_by_arm[arm] for arm in c[:2])]
+    arms = {arm for c in rows for arm in c[:2]}
+    seeds = sorted(set.intersection(*(runs_by_arm[a] for a in arms))) if arms else []
+    return rows, seeds
+
+
 def score(runs: list[dict]) -> dict:
-    """Every family's rows by the lab's rules: exact Wilcoxon signed-rank, Holm within the family, its verdicts."""
+    """Every family's rows by the lab's rules: exact Wilcoxon signed-rank, Holm within the family, its verdicts,
+    each family on the seeds complete for all its rows (the pre-registration)."""
     from gtpo_verl.lab.stats import smallest_exact_p
     from gtpo_verl.lab.verdicts import ALPHA, claim_verdict, difference_verdict, holm_family, paired_row
 
     table: dict = {}
     for run in runs:
         table.setdefault((TASK, run["arm"]), {})[run["seed"]] = run["endpoints"]
+    runs_by_arm = {arm: set(seeds) for (_, arm), seeds in table.items()}
     families = {}
-    for name, comparisons in FAMILIES.items():
+    for name in FAMILIES:
+        comparisons, seeds = family_rows(name, runs_by_arm)
+        common = {key: {s: v for s, v in by_seed.items() if s in seeds} for key, by_seed in table.items()}
         rows = []
         for method, baseline, endpoint, direction in comparisons:
-            row = paired_row(table, TASK, method, baseline, endpoint)
+            row = paired_row(common, TASK, method, baseline, endpoint)
             if row is not None:
                 rows.append(dict(row, direction=direction))
         holm_family(rows)
         for row in rows:
-            # an exact test over n pairs cannot go below 2/2^n: below Holm's threshold for the row it is untestable
+            # an exact test over n pairs cannot go below 2/2^n: at or above Holm's threshold for the row it is untestable
             reachable = smallest_exact_p(row["seeds"]) < ALPHA / len(rows)
             row["testable"] = bool(reachable)
             if not reachable:
@@ -298,6 +315,114 @@ def score(runs: list[dict]) -> dict:
     return {"alpha": ALPHA, "families": families, "arms": arms}
 
 
+MECHANISM_KEYS = ("bonus_share_of_abs_advantage", "median_token_change", "bonus_share_on_top20",
+                  "token_share_top20_of_successes", "success_tokens_alone_in_column", "token_mean_entropy", "share_above_0.7")
+
+
+def mechanism_by_arm(runs: list[dict]) -> dict:
+    """Per GTPO-token arm, each mechanism number's median over its runs of the run's median over steps."""
+    out: dict = {}
+    for arm in sorted({r["arm"] for r in runs if r.get("mechanism")}):
+        per_run = [{k: float(np.median([s[k] for s in r["mechanism"] if s.get(k) is not None])) for k in MECHANISM_KEYS}
+                   for r in runs if r["arm"] == arm and r.get("mechanism")]
+        out[arm] = {"runs": len(per_run), **{k: float(np.median([p[k] for p in per_run])) for k in MECHANISM_KEYS}}
+    return out
+
+
+def machine_by_arm(runs: list[dict]) -> dict:
+    """Wall time per run, and the load and free memory its file recorded at its start and end."""
+    out = {}
+    for arm in sorted({r["arm"] for r in runs}):
+        mine = [r for r in runs if r["arm"] == arm]
+        loads = [r[k]["load_1_5_15"][0] for r in mine for k in ("machine_start", "machine_end")]
+        out[arm] = {"runs": len(mine), "wall_s_median": float(np.median([r["wall_s"] for r in mine])),
+                    "wall_s_range": [min(r["wall_s"] for r in mine), max(r["wall_s"] for r in mine)],
+                    "load_1min_range": [min(loads), max(loads)],
+                    "min_free_gib": min(r[k]["mem_available_gib"] for r in mine for k in ("machine_start", "machine_end"))}
+    return out
+
+
+def _fmt(value, digits=3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def render(result: dict, mechanism: dict, machine: dict) -> str:
+    """The results as markdown: arms, each family's rows with verdicts, the mechanism, the machine."""
+    lines = ["| arm | seeds | val_acc mean (sd) | entropy, steps 4-6 | length, steps 4-6 | wall per run (s), median [range] |",
+             "|---|---|---|---|---|---|"]
+    for arm, a in result["arms"].items():
+        m = machine.get(arm, {})
+        cell = lambda e: f"{_fmt(a[e]['mean'])} ({_fmt(a[e]['sd'])})" if e in a else "–"  # noqa: E731
+        lines.append(f"| `{arm}` | {len(a['seeds'])} | {cell('val_acc')} | {cell('entropy')} | {cell('length')} | "
+                     f"{m.get('wall_s_median', 0):.0f} [{m['wall_s_range'][0]:.0f}, {m['wall_s_range'][1]:.0f}] |")
+    for name, rows in result["families"].items():
+        if not rows:
+            continue
+        lines += ["", f"**{name}** (Holm over its {len(rows)} row(s), on the seeds complete for all of them)", "",
+                  "| method − baseline | endpoint | direction | n | mean diff [95 % CI] | p | p (Holm) | per-seed differences | verdict |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            direction = {1: "+", -1: "−", 0: "two-sided"}[r["direction"]]
+            lo, hi = r["ci95"]
+            diffs = ", ".join(f"{d:+.3f}" for d in r["per_seed_difference"])
+            lines.append(f"| `{r['method']}` − `{r['baseline']}` | {r['endpoint']} | {direction} | {r['seeds']} | "
+                         f"{_fmt(r['mean_difference'])} [{_fmt(lo)}, {_fmt(hi)}] | {_fmt(r['p'], 4)} | {_fmt(r['p_holm'], 4)} | "
+                         f"{diffs} | **{r['verdict']}** |")
+    if mechanism:
+        lines += ["", "| arm | runs | Σ\\|A−A(α₂=0)\\| / Σ\\|A\\| | median per-token change | bonus on top-20 % tokens (their token share) "
+                  "| success tokens alone in their column | token-mean entropy | tokens above 0.7 nats |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for arm, m in mechanism.items():
+            lines.append(f"| `{arm}` | {m['runs']} | {m['bonus_share_of_abs_advantage']:.2%} | {m['median_token_change']:.3%} | "
+                         f"{m['bonus_share_on_top20']:.1%} ({m['token_share_top20_of_successes']:.1%}) | "
+                         f"{m['success_tokens_alone_in_column']:.0%} | {m['token_mean_entropy']:.2f} | {m['share_above_0.7']:.0%} |")
+    return "\n".join(lines) + "\n"
+
+
+def figure(result: dict, path: str) -> str | None:
+    """Per-seed paired differences of every scored row (dots) with their mean (bar), one panel per family."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    families = {name: rows for name, rows in result["families"].items() if rows}
+    if not families:
+        return None
+    fig, axes = plt.subplots(1, len(families), figsize=(5.5 * len(families), 4.2), squeeze=False)
+    for ax, (name, rows) in zip(axes[0], families.items()):
+        for i, r in enumerate(rows):
+            d = np.asarray(r["per_seed_difference"])
+            ax.scatter(np.full(len(d), i) + np.linspace(-0.12, 0.12, len(d)), d, s=14, color="tab:blue", zorder=3)
+            ax.hlines(d.mean(), i - 0.3, i + 0.3, color="black", linewidth=2, zorder=4)
+        ax.axhline(0, color="grey", linewidth=0.8)
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels([f"{r['method']}\n− {r['baseline']}\n({r['endpoint']}, n={r['seeds']})" for r in rows],
+                           fontsize=7)
+        ax.set_title(name, fontsize=10)
+        ax.set_ylabel("paired difference (method − baseline)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_scores(runs_dir: str, out_dir: str) -> dict:
+    """Score the run files; write scores.json, scores.md and differences.png into ``out_dir``."""
+    runs = load_runs(runs_dir)
+    result = score(runs)
+    result["mechanism"] = mechanism_by_arm(runs)
+    result["machine"] = machine_by_arm(runs)
+    result["runs"] = sorted(f"{r['arm']}__seed{r['seed']}" for r in runs)
+    with open(os.path.join(out_dir, "scores.json"), "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+    with open(os.path.join(out_dir, "scores.md"), "w") as f:
+        f.write(render(result, result["mechanism"], result["machine"]))
+    figure(result, os.path.join(out_dir, "differences.png"))
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, from {list(ARMS)}")
@@ -305,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--runs-dir", default=RUNS_DIR, help="where the per-run files go (and are skipped from)")
     parser.add_argument("--work", default=os.path.join(ROOT, "outputs", "study_lm"), help="each run's scratch folder")
-    parser.add_argument("--score", action="store_true", help="score the run files only")
+    parser.add_argument("--score", action="store_true",
+                        help="score the run files only: scores.json, scores.md and differences.png beside the runs folder")
     parser.add_argument("--shared-ray", action="store_true", help="every run joins one Ray head")
     args = parser.parse_args(argv)
     arms = args.arms.split(",")
@@ -314,8 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lm_study: unknown arm(s) {unknown}; choose from {list(ARMS)}", file=sys.stderr)
         return 2
     if args.score:
-        result = score(load_runs(args.runs_dir))
-        print(json.dumps(result, indent=1))
+        result = write_scores(args.runs_dir, os.path.dirname(os.path.abspath(args.runs_dir)))
+        print(render(result, result["mechanism"], result["machine"]), end="")
         return 0
     os.makedirs(args.runs_dir, exist_ok=True)
     todo = [(arm, seed) for seed in parse_seeds(args.seeds) for arm in arms

@@ -203,14 +203,16 @@ def draw(summary: dict, history: dict, path: str, reward_scale: dict[str, float]
 
 def train_run(run: str, launches: list[tuple[str, list[str]]], run_dir: str, steps: int, timeout: int,
               dynamic_sampling: bool, expected_gtpo: list[str], env_extra: dict | None = None,
-              drill: str | None = None, cluster=None) -> tuple[dict, list, list[str]]:
+              drill: str | None = None, cluster=None, expected_exit: int = 0) -> tuple[dict, list, list[str]]:
     """Launch one run and read its record from verl's metric file (``run_dir/metrics.jsonl``, all launches).
 
     With ``drill`` (``DRILLS``) the first launch is interrupted once step DRILL_STOP_AFTER is logged and
     the second (the same overrides, ``resume_mode=auto``) resumes; ``check_drill`` then holds the resume
     to what it must show. Returns the run's summary record, its per-step metric rows and the failures
     found (failed launch, missing steps, NaN metric, expected gtpo/ metric missing, dynamic sampling that
-    evicted nothing, a drill check). With ``cluster`` (a ``SharedRayCluster``) every launch joins it.
+    evicted nothing, a drill check). With ``cluster`` (a ``SharedRayCluster``) every launch joins it. A run
+    that must end early (``expected_exit``, e.g. the no-op guard's status) fails on any other status and is
+    not held to ``steps``.
     """
     record, failures, peaks = {"launches": []}, [], {}
     metrics_path, log_path = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "train.log")
@@ -236,8 +238,9 @@ def train_run(run: str, launches: list[tuple[str, list[str]]], run_dir: str, ste
         record["launches"].append({"label": label, "returncode": rc, "wall_s": round(wall, 1)})
         for process, mb in memory.items():
             peaks[process] = max(mb, peaks.get(process, 0))
-        if rc != 0 and not interrupted:
-            failures.append(f"{run}/{label}: exit code {rc} (see {log_path})")
+        if rc != expected_exit and not interrupted:
+            failures.append(f"{run}/{label}: exit code {rc}{f', expected {expected_exit}' if expected_exit else ''} "
+                            f"(see {log_path})")
             break
     metrics = read_metrics_file(metrics_path)
     rows = metrics.rows()
@@ -271,7 +274,7 @@ def train_run(run: str, launches: list[tuple[str, list[str]]], run_dir: str, ste
     if train_rows and missing:
         failures.append(f"{run}: gtpo metrics missing in some step: {missing}")
     finished = record["launches"][1:] if drill else record["launches"]
-    if record["steps_completed"] < steps and not any(x["returncode"] for x in finished):
+    if record["steps_completed"] < steps and not expected_exit and not any(x["returncode"] for x in finished):
         failures.append(f"{run}: {record['steps_completed']} of {steps} steps")
     return record, rows, failures
 

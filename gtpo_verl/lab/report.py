@@ -145,11 +145,12 @@ def markdown_table(payload: dict[str, Any]) -> str:
                 first = "–" if row["median_first_flag_step"] is None else f"{row['median_first_flag_step']:.0f}"
                 lines.append(f"| {name} | {state} | {row['runs']} | {row['flagged_at_end']} | {row['ever_flagged']} | {first} |")
         lines += ["", "### Health: the entropy watch replayed on every run (degrading = pass@16 below 0.8 × its best)", "",
-                  "| direction | ratio | degrading runs | warned before | missed | median lead (steps) | false alarms / non-degrading runs |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| direction | ratio | steps in a row | degrading runs | warned before | missed | median lead (steps) | false alarms / non-degrading runs |",
+                  "|---|---|---|---|---|---|---|---|"]
         for row in health["entropy_watch"]:
             lead = "–" if row["median_lead_steps"] is None else f"{row['median_lead_steps']:.0f}"
-            lines.append(f"| {row['direction']} | {row['ratio']} | {row['degrading_runs']} | {row['detected_before']} | {row['missed']} | "
+            persist = row.get("persist_steps") or 1
+            lines.append(f"| {row['direction']} | {row['ratio']} | {persist} | {row['degrading_runs']} | {row['detected_before']} | {row['missed']} | "
                          f"{lead} | {row['false_alarms']} / {row['non_degrading_runs']} |")
     return "\n".join(lines) + "\n"
 

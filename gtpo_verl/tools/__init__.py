@@ -1,4 +1,5 @@
 """The command-line tools: ``gtpo-preflight`` (with the per-node probe), ``gtpo-audit`` (the offline
-entropy audit), ``gtpo-dashboard`` (the wandb workspace) and ``gtpo-report`` (the offline HTML
-report); each also runs as ``python -m gtpo_verl.tools.<name>``. ``panels.py`` is the panel list
-the dashboard and the report both draw; ``required_verl.py`` reads the verl pin (setup.py loads it too)."""
+entropy audit), ``gtpo-mechanism`` (what the methods' entropy terms do on the audited batches),
+``gtpo-dashboard`` (the wandb workspace) and ``gtpo-report`` (the offline HTML report); each also runs
+as ``python -m gtpo_verl.tools.<name>``. ``panels.py`` is the panel list the dashboard and the report
+both draw; ``required_verl.py`` reads the verl pin (setup.py loads it too)."""

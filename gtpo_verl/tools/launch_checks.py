@@ -1,5 +1,6 @@
 """The preflight's checks for what would end a GPU run late, after the model is loaded: a wandb
-logger that cannot start, CPU mode inherited by a GPU run, and the checkpoint folder, which the
+logger that cannot start, CPU mode inherited by a GPU run, unwritable cache folders, collectives
+between nodes that would fall back to TCP or bind loopback, and the checkpoint folder, which the
 driver creates once before the nodes are probed (and removes again if it made it).
 
 Each check returns ``(name, ok, detail, fix)`` for ``preflight.Check``; ``None`` where it does not
@@ -83,6 +84,8 @@ def wandb_check(config, nodes) -> Optional[CheckTuple]:
             continue
         if not access["key"]:
             problems.append(f"{node.name}: no API key (no WANDB_API_KEY, no ~/.netrc entry for {access['server'].split(':')[0]})")
+        elif access.get("key_problem"):  # wandb.init refuses it before asking the server
+            problems.append(f"{node.name}: the key from {access['key']} is malformed: {access['key_problem']}")
         elif access["unreachable"]:
             problems.append(f"{node.name}: {access['server']} unreachable ({access['unreachable']})")
     quiet = sorted({n.report["wandb"]["mode"] for n in nodes if n.report.get("wandb")} & set(WANDB_QUIET_MODES))
@@ -93,4 +96,62 @@ def wandb_check(config, nodes) -> Optional[CheckTuple]:
         "give every node WANDB_API_KEY in the environment Ray starts from (sbatch passes the submitting shell's; "
         "or `wandb login` with a shared HOME), or WANDB_MODE=offline there (then `wandb sync` the run folder), "
         "or drop wandb: LOGGER='[\"console\"]' (trainer.logger)",
+    )
+
+
+def cache_check(config, nodes) -> Optional[CheckTuple]:
+    """A GPU run: every cache folder (HF datasets, Triton, vLLM, torch.compile, XDG) writable on every
+    node; a container's HOME and root filesystem may be read-only, and the run would die minutes in."""
+    if str(config.trainer.get("device", "cuda")) == "cpu":
+        return None
+    probed = [n for n in nodes if "caches" in n.report]
+    if not probed:
+        return None
+    bad = [f"{n.name}: {why}" for n in probed for why in n.report["caches"].values() if why]
+    return (
+        "caches", not bad,
+        "; ".join(bad) if bad else f"{len(probed[0].report['caches'])} cache folder"
+        f"{'s' * (len(probed[0].report['caches']) != 1)} writable on {len(probed)} node{'s' * (len(probed) != 1)}",
+        "export XDG_CACHE_HOME, HF_HOME, TRITON_CACHE_DIR, VLLM_CACHE_ROOT and TORCHINDUCTOR_CACHE_DIR to a "
+        "node-local folder mounted into the container before `ray start` (recipes/slurm/ray_on_slurm.sbatch does: "
+        "CACHE_DIR under NODE_LOCAL_DIR)",
+    )
+
+
+def _loopback(address: Optional[str]) -> bool:
+    return address is None or address.startswith("127.") or address == "::1"
+
+
+def interconnect_check(config, nodes) -> Optional[CheckTuple]:
+    """A multi-node GPU run: on every GPU node an InfiniBand device for NCCL, unless TCP is chosen
+    explicitly (NCCL_IB_DISABLE=1 or NCCL_NET=Socket; NCCL otherwise falls back to TCP sockets without
+    an error), and a hostname that does not resolve to loopback first, unless GLOO_SOCKET_IFNAME is set
+    (verl's cpu:gloo group would bind 127.x and hang at worker init)."""
+    nnodes = config.trainer.get("nnodes")
+    if str(config.trainer.get("device", "cuda")) == "cpu" or not isinstance(nnodes, int) or nnodes < 2:
+        return None
+    gpu_nodes = [n for n in nodes if (n.ray_gpus or 0) > 0 and "interconnect" in n.report]
+    if not gpu_nodes:
+        return None
+    problems, transports = [], set()
+    for node in gpu_nodes:
+        seen = node.report["interconnect"]
+        if seen["nccl_tcp"]:
+            transports.add("TCP (" + ", ".join(seen["nccl_tcp"]) + ")")
+        elif not seen["infiniband"]:
+            problems.append(f"{node.name}: no InfiniBand device (/dev/infiniband/uverbs*): NCCL would fall back to "
+                            "TCP sockets without an error")
+        else:
+            transports.add("InfiniBand")
+        if _loopback(seen["hostname_address"]) and not seen["gloo_socket_ifname"]:
+            problems.append(f"{node.name}: its hostname resolves to {seen['hostname_address'] or 'nothing'} first, "
+                            "where gloo binds (GLOO_SOCKET_IFNAME unset)")
+    return (
+        "interconnect", not problems,
+        "; ".join(problems) if problems else
+        f"{' and '.join(sorted(transports))} for NCCL, gloo on a routable address, on {len(gpu_nodes)} GPU nodes",
+        "pass the HCAs into the container (MELLANOX_VISIBLE_DEVICES=all for enroot/pyxis, which "
+        "recipes/slurm/ray_on_slurm.sbatch exports; --device=/dev/infiniband with Docker; --bind /dev/infiniband "
+        "with Apptainer), or choose TCP explicitly with NCCL_IB_DISABLE=1 where there is no InfiniBand; set "
+        "GLOO_SOCKET_IFNAME to the interface the nodes reach each other through (the sbatch derives it)",
     )

@@ -7,10 +7,12 @@ value, so it also runs, and reports, on a node where gtpo_verl itself is missing
 
 from __future__ import annotations
 
+import getpass
 import importlib
 import importlib.metadata
 import netrc
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -34,6 +36,76 @@ DISTRIBUTIONS = {
 CPU_MODE_VARIABLES = {"GTPO_VERL_CPU": "1", "VERL_PLATFORM": "cpu"}
 WANDB_QUIET_MODES = ("offline", "disabled", "dryrun")  # wandb.init needs no key and no network
 WANDB_CONNECT_TIMEOUT_S = 5
+# NCCL's switches to TCP sockets: a multi-node run on them is a choice, not a silent fallback
+NCCL_TCP_CHOICES = {"NCCL_IB_DISABLE": "1", "NCCL_NET": "socket"}
+INFINIBAND_DIR = "/dev/infiniband"  # the verbs devices (uverbs*) NCCL's IB transport opens
+
+
+def _infiniband(dev_dir: str = INFINIBAND_DIR) -> list[str]:
+    """The InfiniBand verbs devices this process sees (``uverbs0`` …); empty where none is passed in."""
+    try:
+        return sorted(name for name in os.listdir(dev_dir) if name.startswith("uverbs"))
+    except OSError:
+        return []
+
+
+def _hostname_address() -> str | None:
+    """The first address this node's hostname resolves to (gloo binds it unless GLOO_SOCKET_IFNAME is set)."""
+    try:
+        return socket.getaddrinfo(socket.gethostname(), None, type=socket.SOCK_STREAM)[0][4][0]
+    except (OSError, IndexError):
+        return None
+
+
+def _interconnect() -> dict:
+    """What the collectives between nodes would use here: IB devices, an explicit TCP choice, gloo's address."""
+    return {
+        "infiniband": _infiniband(),
+        "nccl_tcp": [f"{name}={os.environ[name]}" for name, value in NCCL_TCP_CHOICES.items()
+                     if (os.environ.get(name) or "").strip().lower() == value],
+        "hostname_address": _hostname_address(),
+        "gloo_socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME") or None,
+    }
+
+
+def cache_folders() -> dict[str, str]:
+    """The folders the run's libraries write caches to, as each library resolves it from the environment:
+    HF datasets' Arrow cache, Triton's and vLLM's compile caches, torch.compile's, the XDG cache."""
+    home = os.path.expanduser("~")
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    hf_home = os.environ.get("HF_HOME") or os.path.join(xdg, "huggingface")
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry for this uid (a container)
+        user = str(os.getuid())
+    return {
+        "XDG_CACHE_HOME": xdg,
+        "HF_DATASETS_CACHE": os.environ.get("HF_DATASETS_CACHE") or os.path.join(hf_home, "datasets"),
+        "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR")
+        or os.path.join(os.environ.get("TRITON_HOME") or home, ".triton", "cache"),
+        "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT") or os.path.join(xdg, "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        or os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r"[\\/:*?\"<>|]", "_", user)),
+    }
+
+
+def _writable_folder(path: str) -> str | None:
+    """None when files can be written in ``path`` (the folder, or the nearest existing folder above it
+    where it does not exist yet: nothing is created), else why not."""
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return f"{path} cannot be created: {probe} is not a folder"
+    if probe != os.path.abspath(path):  # access() reports a read-only filesystem (EROFS) even to root
+        return None if os.access(probe, os.W_OK | os.X_OK) else \
+            f"{path} cannot be created: {probe} is read-only or not writable by uid {os.getuid()}"
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".gtpo_preflight_"):
+            pass
+    except OSError as exc:
+        return f"{path}: {_error(exc)}"
+    return None
 
 
 def _version(names) -> str | None:
@@ -80,6 +152,24 @@ def _checkpoint_folder(path: str) -> str | None:
     return None
 
 
+def wandb_key_problem(key: str) -> str | None:
+    """Why ``wandb.init`` would refuse ``key`` before asking its server, else None (never the key itself).
+
+    NOTE: the format rule of wandb's ``check_api_key`` (wandb/sdk/lib/wbauth/validation.py, wandb 0.2x),
+    repeated here: this module imports nothing beyond the standard library."""
+    key = key.strip()
+    if not key:
+        return "the API key is empty"
+    if re.fullmatch(r"[\w-]+\.[\w-]+\.[\w-]+", key):  # an internal client JWT
+        return None
+    secret = key.split("-", 1)[-1]  # on-prem keys: <prefix>-<secret>
+    if not re.fullmatch(r"[\w-]+", secret):
+        return "the API key may only contain the letters A-Z, digits and underscores"
+    if len(secret) < 40:
+        return f"the API key must have 40+ characters, has {len(secret)}"
+    return None
+
+
 def _wandb_access(proxy: str | None) -> dict:
     """How ``wandb.init`` would fare here: its mode, where its API key would come from (never the key),
     and whether its server answers (checked only online, with a key and without a proxy)."""
@@ -92,6 +182,13 @@ def _wandb_access(proxy: str | None) -> dict:
             key = "~/.netrc" if netrc.netrc(os.environ.get("NETRC")).authenticators(host) else None
         except (OSError, netrc.NetrcParseError):
             pass
+    secret = os.environ.get("WANDB_API_KEY") or None
+    if secret is None and key:
+        try:
+            secret = netrc.netrc(os.environ.get("NETRC")).authenticators(host)[2]
+        except (OSError, netrc.NetrcParseError, TypeError):
+            secret = None
+    key_problem = wandb_key_problem(secret) if secret is not None else None
     proxy = proxy or os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
     unreachable = None
     if mode not in WANDB_QUIET_MODES and key and not proxy:
@@ -99,7 +196,8 @@ def _wandb_access(proxy: str | None) -> dict:
             socket.create_connection((host, port), timeout=WANDB_CONNECT_TIMEOUT_S).close()
         except OSError as exc:
             unreachable = _error(exc)
-    return {"mode": mode, "key": key, "server": f"{host}:{port}", "proxy": bool(proxy), "unreachable": unreachable}
+    return {"mode": mode, "key": key, "key_problem": key_problem, "server": f"{host}:{port}", "proxy": bool(proxy),
+            "unreachable": unreachable}
 
 
 def probe_node(request: dict) -> dict:
@@ -151,6 +249,9 @@ def probe_node(request: dict) -> dict:
         report["model"] = None if os.path.isfile(config) else f"{config} is missing (not a Hugging Face model folder)"
     report["data"] = {path: _readable(path) for path in request.get("data_files", [])}
     report["checkpoint"] = _checkpoint_folder(request["checkpoint_dir"]) if request.get("checkpoint_dir") else None
+    if request.get("count_cuda"):  # a GPU run: its caches, and what its collectives between nodes would use
+        report["caches"] = {f"{name}={path}": _writable_folder(path) for name, path in cache_folders().items()}
+        report["interconnect"] = _interconnect()
     if request.get("check_wandb"):
         report["wandb"] = _wandb_access(request.get("wandb_proxy"))
     return report

@@ -21,7 +21,10 @@ task *holding that node's GPUs* sees (what verl's workers will see: Ray blanks
 ``flash_attention_2`` (on the nodes that register GPUs); model folder and data files readable (a
 parquet file whose footer does not parse fails here, not at the first batch); checkpoint folder
 writable (created once here, by the driver, before the nodes are probed); no CPU-mode variable on a
-GPU run; wandb, when logged to, with a key and its server reachable, or offline; the run length
+GPU run; on a GPU run the cache folders (HF datasets, Triton, vLLM, torch.compile) writable on every
+node, and on a multi-node one an InfiniBand device on every GPU node unless TCP is chosen
+(``NCCL_IB_DISABLE=1``) and no hostname resolving to loopback unless ``GLOO_SOCKET_IFNAME`` is set;
+wandb, when logged to, with a well-formed key and its server reachable, or offline; the run length
 (``total_training_steps``) as verl will resolve it.
 
 A node that does not answer within ``GTPO_PREFLIGHT_TIMEOUT_S`` seconds (default 180) is named:
@@ -349,7 +352,9 @@ def evaluate(config, nodes: list[Node], silent: list[str], checkpoint_error: Opt
         "point CKPTS_DIR / trainer.default_local_dir at a writable folder on the shared filesystem",
     ))
 
-    checks += [Check(*found) for found in (launch_checks.cpu_mode_check(config, answered),
+    checks += [Check(*found) for found in (launch_checks.interconnect_check(config, answered),
+                                           launch_checks.cache_check(config, answered),
+                                           launch_checks.cpu_mode_check(config, answered),
                                            launch_checks.wandb_check(config, answered)) if found]
 
     steps, how = resolve_total_training_steps(config)

@@ -9,7 +9,8 @@
    verl's registry (verl's ``_compute_advantage`` in the trainer, ``get_adv_estimator_fn`` in the lab);
    returns the estimator's ``EstimatorCall`` (block, batch, result);
 4. ``transform_advantages``: ``algorithm.adv_transforms``, in order;
-5. ``advantage_diagnostics``: the ``gtpo/*`` metrics of the call and the all-equal-groups health input.
+5. ``advantage_diagnostics``: the ``gtpo/*`` metrics of the call, its ``gtpo/health/*`` (how much the
+   entropy moves its advantage) and the all-equal-groups health input.
 
 The entropy watch, ⟨H⟩_ini and writing back stay with the trainer (they are its state and its store).
 """
@@ -36,7 +37,7 @@ from gtpo_verl.plugin.extensions import (
 )
 from gtpo_verl.plugin.finite import check_finite
 from gtpo_verl.trainer.diagnostics import estimator_metrics
-from gtpo_verl.trainer.health import ALL_EQUAL_GROUPS_FRAC, all_equal_groups_frac
+from gtpo_verl.trainer.health import ALL_EQUAL_GROUPS_FRAC, all_equal_groups_frac, method_health
 from gtpo_verl.trainer.settings import GTPOSettings
 
 Out = TypeVar("Out")
@@ -136,6 +137,7 @@ def advantage_diagnostics(settings: AdvantageSettings, call: Optional[EstimatorC
     """
     if call is not None:
         metrics.update(estimator_metrics(call, fields.mask, fields.real))
+        metrics.update(method_health(call, fields.mask, fields.real))
     if call is not None and settings.health_from_call:
         real = fields.real.to(call.batch.group_ids.device)
         metrics[ALL_EQUAL_GROUPS_FRAC] = all_equal_groups_frac(call.batch.sequence_scores[real], call.batch.group_ids[real])

@@ -24,11 +24,14 @@ logger = logging.getLogger(__name__)
 
 
 def derived_values(config: Any) -> dict[str, Any]:
-    """``{dotted key: value}`` the configured estimator derives, without writing anything."""
+    """``{dotted key: value}`` the configured estimator (and ``gtpo.probe``) derives, without writing anything."""
+    derived = {}
+    if bool(select(config, "gtpo.probe", False)) and bool(select(config, "trainer.val_before_train", False)):
+        derived["trainer.val_before_train"] = False  # the probe stops at step 1's advantages: no validation first
     row = ESTIMATORS.get(str(select(config, "algorithm.adv_estimator", "")))
-    if row is None:
-        return {}
-    return dict(row.derive(config, row.config.from_config(config)))
+    if row is not None:
+        derived.update(row.derive(config, row.config.from_config(config)))
+    return derived
 
 
 def derive_config(config: Any) -> dict[str, Any]:

@@ -90,36 +90,50 @@ def estimator_metrics(call: EstimatorCall, response_mask: torch.Tensor, real_row
 
 @dataclass
 class EntropyWatch:
-    """Early warning for a fast entropy move, in both directions.
+    """Early warning for an entropy move, in both directions.
 
     Rising: Paper A's collapse is a flattening distribution whose entropy rises before the reward
     falls. Falling: entropy collapse onto one answer (a deterministic rule, pass@k → pass@1).
-    Tracks an EMA baseline of the batch mean old-policy entropy; after ``warmup_steps`` a batch
-    above ``ratio`` × baseline raises the rising flag, one below baseline / ``fall_ratio`` the
-    falling flag (``fall_ratio`` None: off). Persisted with checkpoints.
+    Tracks an EMA ``baseline`` of the batch mean old-policy entropy and its ``floor``, the lowest
+    baseline since ``warmup_steps``. The rising flag is raised once ``persist_steps`` batches in a
+    row are above ``ratio`` × floor; the falling flag by one batch below baseline / ``fall_ratio``
+    (``fall_ratio`` None: off). Persisted with checkpoints.
+
+    NOTE: the rise is measured against the floor, not the baseline: an EMA baseline follows a
+    steady rise (it lags a ramp of s nats/step by s·momentum/(1 − momentum)), so a ratio to it
+    flags spikes and misses ramps; the persistence filters the batch's noise (docs/lab.md).
     """
 
-    ratio: float = 1.5
+    ratio: float = 1.25
     fall_ratio: float | None = None
     momentum: float = 0.9
     warmup_steps: int = 3
+    persist_steps: int = 10
     baseline: float | None = None
+    floor: float | None = None
     steps: int = 0
+    streak: int = 0
     warnings: int = 0
 
     def update(self, batch_mean_entropy: float) -> dict[str, float]:
         value = float(batch_mean_entropy)
         rise = value / self.baseline if self.baseline else 1.0
         armed = self.steps >= self.warmup_steps and self.baseline is not None
-        rising = armed and rise > self.ratio
+        above_floor = armed and self.floor is not None and value > self.ratio * self.floor
+        self.streak = self.streak + 1 if above_floor else 0
+        rising = self.streak >= self.persist_steps
         falling = armed and self.fall_ratio is not None and rise * self.fall_ratio < 1.0
         self.warnings += int(rising) + int(falling)
         self.baseline = value if self.baseline is None else self.momentum * self.baseline + (1 - self.momentum) * value
         self.steps += 1
+        if self.steps >= self.warmup_steps:
+            self.floor = self.baseline if self.floor is None else min(self.floor, self.baseline)
         return {
             PREFIX + "entropy/batch_mean": value,
             PREFIX + "entropy/baseline": float(self.baseline),
+            PREFIX + "entropy/floor": float(self.baseline if self.floor is None else self.floor),
             PREFIX + "entropy/rise_ratio": float(rise),
+            PREFIX + "entropy/rise_steps": float(self.streak),
             PREFIX + "entropy/collapse_warning": float(rising),
             PREFIX + "entropy/fall_warning": float(falling),
             PREFIX + "entropy/warnings_total": float(self.warnings),
@@ -131,6 +145,10 @@ class EntropyWatch:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key in ("baseline", "steps", "warnings"):
             setattr(self, key, state[key])
+        # a state saved without floor/streak: the floor starts at the saved baseline once warm
+        warm = self.baseline is not None and self.steps >= self.warmup_steps
+        self.floor = state.get("floor", self.baseline if warm else None)
+        self.streak = state.get("streak", 0)
 
 
 def masked_token_mean(values: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor) -> float:

@@ -22,8 +22,9 @@ HEALTH_CHECKS = (
     HealthCheck(
         "delta_filtered", "gtpo/delta/filtered_frac", 0.9,
         "the δ entropy filter drops {value:.0%} of responses (⟨H⟩_i above algorithm.gtpo_traj.entropy_threshold), "
-        "so their entropy regulariser and most of the update are gone; raise the threshold above the model's "
-        "per-response entropy (gtpo/entropy/batch_mean) or set algorithm.gtpo_traj.ini_entropy_gate=true",
+        "so their entropy regulariser and most of the update are gone; scale δ to the model "
+        "(algorithm.gtpo_traj.entropy_threshold_ratio, e.g. 1.5), raise the threshold above the model's per-response "
+        "entropy (gtpo/entropy/batch_mean) or set algorithm.gtpo_traj.ini_entropy_gate=true",
     ),
     HealthCheck(
         "bonus_clipped", "gtpo/transform/entropy_advantage/clipped_fraction", 0.9,

@@ -40,7 +40,8 @@ from gtpo_verl.trainer.audit_dump import dump_audit_step
 from gtpo_verl.trainer.checkpoints import prune_checkpoints
 from gtpo_verl.trainer.diagnostics import PREFIX, EntropyWatch, masked_token_mean
 from gtpo_verl.trainer.fields import padded, real_rows, response_mask_like
-from gtpo_verl.trainer.health import HealthMonitor
+from gtpo_verl.trainer.health import HealthMonitor, NoopGuard
+from gtpo_verl.trainer.probe import run_probe
 from gtpo_verl.trainer.metrics_file import resumed_file_logger
 from gtpo_verl.trainer.state import STATE_FILE, GTPOAlgorithmState, MissingAlgorithmState
 from gtpo_verl.trainer.validation_metrics import gtpo_validation_metrics
@@ -70,7 +71,7 @@ class GTPOTrainerMixin:
         if not hasattr(self, "_gtpo_entropy_watch"):
             knobs = self.gtpo_advantage_settings.gtpo.entropy_warning
             watch = EntropyWatch(ratio=knobs.ratio, fall_ratio=knobs.fall_ratio, momentum=knobs.momentum,
-                                 warmup_steps=knobs.warmup_steps)
+                                 warmup_steps=knobs.warmup_steps, persist_steps=knobs.persist_steps)
             if self.gtpo_state.entropy_watch:
                 watch.load_state_dict(self.gtpo_state.entropy_watch)
             self._gtpo_entropy_watch = watch
@@ -82,6 +83,13 @@ class GTPOTrainerMixin:
         if not hasattr(self, "_gtpo_health"):
             self._gtpo_health = HealthMonitor()
         return self._gtpo_health
+
+    @property
+    def gtpo_noop_guard(self) -> NoopGuard:
+        if not hasattr(self, "_gtpo_noop_guard"):
+            knobs = self.gtpo_advantage_settings.gtpo.health
+            self._gtpo_noop_guard = NoopGuard(on_noop=knobs.on_noop, window=knobs.window, share=knobs.noop_share)
+        return self._gtpo_noop_guard
 
     def on_init_end(self):
         super().on_init_end()
@@ -109,6 +117,10 @@ class GTPOTrainerMixin:
         batch = self._gtpo_transform_advantages(batch, settings, fields.inputs if fields is not None else {}, metrics)
         if settings.diagnostics:
             metrics.update(self.gtpo_health.update(metrics))
+        if call is not None and fields is not None:  # gtpo.health.on_noop: raises MethodSwitchedOffError to stop
+            metrics.update(self.gtpo_noop_guard.update(call, fields.mask, fields.real, self.gtpo_state.initial_entropy))
+            if settings.gtpo.probe:  # the report, then ProbeFinished: no update, no checkpoint
+                run_probe(self, batch, call, fields.mask, fields.real, fields.entropy)
         return batch
 
     def _gtpo_read_fields(self, batch, settings: AdvantageSettings) -> Optional[AdvantageFields]:
@@ -173,9 +185,9 @@ class GTPOTrainerMixin:
         watch = self.gtpo_entropy_watch
         if watch_metrics[PREFIX + "entropy/collapse_warning"]:
             logger.warning(
-                "gtpo: mean old-policy entropy %.4f is %.2fx its running baseline (threshold %.2fx): "
-                "entropy is rising fast, which Paper A observes before a policy collapse.",
-                batch_mean, watch_metrics[PREFIX + "entropy/rise_ratio"], watch.ratio,
+                "gtpo: mean old-policy entropy %.4f has been above %.2fx its floor %.4f for %d steps in a row: "
+                "entropy is rising, which Paper A observes before a policy collapse.",
+                batch_mean, watch.ratio, watch_metrics[PREFIX + "entropy/floor"], watch.streak,
             )
         if watch_metrics[PREFIX + "entropy/fall_warning"]:
             logger.warning(

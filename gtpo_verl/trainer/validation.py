@@ -60,7 +60,14 @@ def validate_gtpo_config(config: Any) -> list[str]:
     for block_cls in (*ALGORITHM_BLOCKS, GTPOSettings):  # every block must parse, used or not
         block_cls.from_config(config)
     _check_batch_shape(config, estimator, row)
+    _check_entropy_watch_batch(config, warn)
     validate_audit_config(config)
+    if GTPOSettings.from_config(config).probe and row is None:
+        raise ConfigError(
+            "gtpo.probe",
+            f"`gtpo.probe=true` reports the mechanism of gtpo_verl's estimators {list(ESTIMATORS)}, not "
+            f"`algorithm.adv_estimator={estimator}`: probe the recipe's gtpo_verl counterpart, or set gtpo.probe=false."
+        )
     _check_reward_model_http(config)
     _check_resume_state(config)
 
@@ -188,6 +195,28 @@ def _check_batch_shape(config: Any, estimator: str, row) -> None:
             f"responses of one prompt's group, and a group of one has nothing to compare (every advantage would be 0). "
             "Set actor_rollout_ref.rollout.n >= 2 (the papers sample 8-16).",
         )
+
+
+def _check_entropy_watch_batch(config: Any, warn) -> None:
+    """Warn when a batch holds fewer prompts than the entropy watch's rising flag needed to stay quiet in the lab."""
+    settings = GTPOSettings.from_config(config)
+    if not settings.diagnostics:
+        return
+    knobs = settings.entropy_warning
+    prompts = int(select(config, "data.train_batch_size"))
+    needed = knobs.quiet_min_prompts()
+    if needed is not None and prompts >= needed:
+        return
+    quiet_here = "" if needed is None else f" at fewer than {needed} prompts a step"
+    fix = f"set data.train_batch_size>={needed}, or " if needed is not None else "set "
+    default = type(knobs)()
+    warn(
+        f"`data.train_batch_size={prompts}` with `{knobs.key('ratio')}={knobs.ratio}` and "
+        f"`{knobs.key('persist_steps')}={knobs.persist_steps}`: replayed on the lab's runs, this rising-entropy rule "
+        f"raised false alarms on runs that never degrade{quiet_here} (docs/lab.md, the entropy watch); {fix}"
+        f"{knobs.key('ratio')}={default.ratio} {knobs.key('persist_steps')}={default.persist_steps} "
+        f"(the defaults: quiet from {default.quiet_min_prompts()} prompt a step)."
+    )
 
 
 def resume_folder(config: Any):

@@ -133,23 +133,29 @@ def install_generation_watchdog(trainer) -> Optional[GenerationWatchdog]:
     return watchdog
 
 
-def stalled_error_in(exc: BaseException) -> Optional[BaseException]:
-    """The GenerationStalledError inside ``exc`` (Ray wraps remote errors), or None."""
+def error_in(exc: BaseException, kind: type = GenerationStalledError) -> Optional[BaseException]:
+    """The innermost ``kind`` error inside ``exc`` (Ray wraps remote errors), or None."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         inner = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__
-        if isinstance(exc, GenerationStalledError) and not isinstance(inner, GenerationStalledError):
+        if isinstance(exc, kind) and not isinstance(inner, kind):
             return exc  # the innermost one: Ray's wrapper repeats it with a traceback
         exc = inner
     return None
 
 
-def exit_if_stalled(exc: BaseException) -> None:
-    """If ``exc`` carries a GenerationStalledError: print its message on one line, exit ``EXIT_STATUS``."""
-    stalled = stalled_error_in(exc)
-    if stalled is None:
-        return
-    message = stalled.args[0] if stalled.args else str(stalled)
-    print(f"gtpo_verl: {message}", file=sys.stderr, flush=True)  # one message, not Ray's traceback
-    raise SystemExit(EXIT_STATUS) from None
+def exit_on_known_error(exc: BaseException) -> None:
+    """If ``exc`` carries a GenerationStalledError (status 3, requeued by the SLURM launcher), a
+    MethodSwitchedOffError (status 4, not requeued) or the probe's ProbeFinished (0, its report written):
+    print its message on one line and exit with its status."""
+    from gtpo_verl.trainer.health import NOOP_EXIT_STATUS, MethodSwitchedOffError
+    from gtpo_verl.trainer.probe import ProbeFinished
+
+    for kind, status in ((GenerationStalledError, EXIT_STATUS), (MethodSwitchedOffError, NOOP_EXIT_STATUS),
+                         (ProbeFinished, 0)):
+        found = error_in(exc, kind)
+        if found is not None:
+            message = found.args[0] if found.args else str(found)
+            print(f"gtpo_verl: {message}", file=sys.stderr if status else sys.stdout, flush=True)  # not Ray's traceback
+            raise SystemExit(status) from None

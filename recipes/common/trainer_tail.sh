@@ -31,3 +31,5 @@ TRAINER_TAIL=(
     trainer.resume_mode=auto # a requeued job continues from its last checkpoint
     gtpo.watchdog.generation_timeout_s="${WATCHDOG_TIMEOUT_S}"
 )
+# PROBE=1: step 1 of this recipe up to its advantages, no update; the mechanism report in ${CKPTS_DIR}/probe, exit 0
+[[ "${PROBE:-0}" == 0 ]] || TRAINER_TAIL+=(gtpo.probe=true)

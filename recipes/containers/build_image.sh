@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the image a GPU run needs: verl's published image for 0.9.1 with gtpo_verl installed
 # through requirements/gpu.txt (install_into_image.sh), for pyxis/enroot, Apptainer or Docker.
-# docs/reproduce.md, section 1. Run it from anywhere, on a machine with the runtime and network:
+# docs/reproduce.md, section 1. Run it from anywhere, on a machine with the runtime and network (no GPU
+# needed: the install runs GPU-less):
 #
 #   bash recipes/containers/build_image.sh enroot    [OUTPUT.sqsh]   # pyxis: CONTAINER_IMAGE=OUTPUT.sqsh
 #   bash recipes/containers/build_image.sh apptainer [OUTPUT.sif]    # APPTAINER_IMAGE=OUTPUT.sif
@@ -13,7 +14,8 @@
 #   WORK_DIR          scratch space: enroot unpacks the ~30 GB image there (default: a new folder under TMPDIR)
 #
 # Default OUTPUT: gtpo_verl-<version>+<base tag>.sqsh / .sif in the current folder; TAG
-# gtpo_verl:<version>-<base tag>. Rebuild after changing the checkout: the image holds a copy.
+# gtpo_verl:<version>-<base tag>. The image holds a copy, but ray_on_slurm.sbatch runs the mounted
+# checkout (docs/reproduce.md, section 1): rebuild after changing setup.py or requirements/gpu.txt.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -62,7 +64,12 @@ enroot)
     enroot import --output "${work}/base.sqsh" "docker://${BASE_IMAGE}"
     enroot create --name "${container}" "${work}/base.sqsh"
     rm -f "${work}/base.sqsh"
-    enroot start --root --rw --mount "${work}/src:${SRC_IN_IMAGE}:none:x-create=dir,bind,ro" "${container}" "${install[@]}"
+    # GPU-less: verl's CUDA image asks for every GPU (NVIDIA_VISIBLE_DEVICES=all), and enroot's nvidia
+    # hook fails on a host without a driver (the login node with the network); the install needs none.
+    # The hooks prefer their own environment to the image's; --env sets the container's the same.
+    NVIDIA_VISIBLE_DEVICES=void MELLANOX_VISIBLE_DEVICES=void \
+        enroot start --root --rw --env NVIDIA_VISIBLE_DEVICES=void --env MELLANOX_VISIBLE_DEVICES=void \
+        --mount "${work}/src:${SRC_IN_IMAGE}:none:x-create=dir,bind,ro" "${container}" "${install[@]}"
     enroot export --output "${output}" "${container}"
     ;;
 apptainer)

@@ -1,4 +1,4 @@
-"""gtpo_verl/cpu/launch.py and the tiny model's warm start, shared by the CPU demos and the study.
+"""gtpo_verl/cpu/launch.py (the CPU demos' and the real-LM study's launch) and the tiny model's warm start.
 
 The launches are real: ``python -m gtpo_verl.main --config-name gtpo_trainer_cpu … gtpo.dry_run=true``
 validates the config exactly as training would and starts nothing (no Ray), so a launch, its log,

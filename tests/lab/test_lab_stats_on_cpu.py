@@ -5,7 +5,18 @@ import math
 import numpy as np
 import pytest
 
-from gtpo_verl.lab.stats import bootstrap_mean_ci, holm, seeds_for_power, sign_test, wilcoxon_signed_rank
+from gtpo_verl.lab.stats import (
+    bootstrap_mean_ci,
+    holm,
+    mean_and_sample_std,
+    min_detectable_effect,
+    seeds_for_power,
+    sign_test,
+    smallest_exact_p,
+    std_gap_flags,
+    std_gap_null_rate,
+    wilcoxon_signed_rank,
+)
 from gtpo_verl.lab.verdicts import end_state, verdicts
 
 
@@ -23,6 +34,34 @@ def test_wilcoxon_exact_by_hand():
     # [1, -2, 3, 4, 5]: W− = 2; patterns with W− ≤ 2 are {}, {1}, {2} → 3/32, two-sided 6/32
     assert wilcoxon_signed_rank([1, -2, 3, 4, 5]) == pytest.approx(6 / 32)
     assert wilcoxon_signed_rank([0.0, 0.0]) == 1.0
+
+
+@pytest.mark.parametrize(
+    "diffs, sign_p, wilcoxon_p",
+    [
+        ([0.1, 0.2, 0.3], 0.25, 0.25),  # 3 seeds all one way: the smallest p attainable
+        ([0.1, -0.2, 0.3], 1.0, 0.75),  # W+ = 4 of 6: |W − 3| ≥ 1 in 6 of 8 sign patterns
+        ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 2 / 64, 2 / 64),  # 6 seeds: the first n below 0.05
+        ([0.0, 0.1, 0.2], 0.5, 0.5),  # zeros dropped
+        ([0.0, 0.0], 1.0, 1.0),
+    ],
+)
+def test_exact_paired_tests_at_few_seeds(diffs, sign_p, wilcoxon_p):
+    assert sign_test(diffs) == pytest.approx(sign_p)
+    assert wilcoxon_signed_rank(diffs) == pytest.approx(wilcoxon_p)
+    assert smallest_exact_p(3) == 0.25 and smallest_exact_p(6) < 0.05
+
+
+def test_mean_and_sample_std():
+    assert mean_and_sample_std([1.0, 2.0, 3.0]) == {"mean": 2.0, "std": 1.0, "seeds": 3}  # ddof = 1
+    assert mean_and_sample_std([0.5, None, float("nan")]) == {"mean": 0.5, "std": None, "seeds": 1}
+
+
+def test_std_gap_rule_flags_noise():
+    """The "difference > sum of the two stds" rule (``std_gap_flags``, no verdict uses it) flags identical methods often with 3 seeds."""
+    assert 0.10 < std_gap_null_rate(3, draws=50_000, ddof=0) < 0.16
+    assert std_gap_flags([0.0, 0.1, 0.2], [0.5, 0.6, 0.7]) and not std_gap_flags([0.0, 0.2], [0.1, 0.3])
+    assert min_detectable_effect(1.0, 3) == pytest.approx(2.8016 * (2 / 3) ** 0.5, rel=1e-3)
 
 
 def test_holm_on_a_known_set():

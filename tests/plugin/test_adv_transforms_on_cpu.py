@@ -246,24 +246,6 @@ def test_default_is_no_transform_and_paper_setups_validate_silently():
         assert validate("algorithm.adv_estimator=grpo", BONUS) == []
 
 
-@pytest.mark.parametrize("method", ["DAPO_HIGH_ENTROPY", "DAPO_ENTROPY_ADV"])
-def test_study_baselines_are_dapo_plus_one_transform(method):
-    import warnings
-
-    from research import study
-
-    extra = [o for o in study.METHODS[method] if o not in study.METHODS["DAPO"]]
-    assert len(extra) == 1 and extra[0].startswith("algorithm.adv_transforms=")  # all else is DAPO's
-    assert method not in study.DEFAULT_METHODS
-    from gtpo_verl.trainer.validation import validate_gtpo_config
-
-    config = compose_gtpo(*study.METHODS[method], config_name="gtpo_trainer_cpu")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert validate_gtpo_config(config) == []
-    assert len(config.algorithm.adv_transforms) == 1
-
-
 # ----------------------------------------------------------------------------- the public decorators
 @pytest.fixture
 def scratch_registries(monkeypatch):

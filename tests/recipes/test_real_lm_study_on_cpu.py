@@ -168,3 +168,37 @@ def test_a_stop_file_pauses_the_study_between_runs(study, tmp_path, monkeypatch)
     (tmp_path / "STOP").touch()
     assert study.main(["--arms", "DAPO", "--seeds", "0-1", "--runs-dir", str(tmp_path / "runs"), "--work", str(tmp_path)]) == 0
     assert trained == [] and os.listdir(tmp_path / "runs") == []
+
+
+def test_a_family_is_scored_on_the_seeds_complete_for_all_its_rows(study):
+    runs = [_run(arm, seed, 0.4 + 0.1 * (arm == "DAPO_TOKEN")) for seed in range(8)
+            for arm in ("DAPO", "DAPO_TOKEN", "DAPO_TOKEN_NO_ENTROPY")]
+    runs.append(_run("DAPO", 8, 0.9))  # a seed only one arm finished: in no pair
+    runs += [_run("DAPO_TOKEN_ROW", seed, 0.5) for seed in range(3)]  # a late arm enters with all its seeds only
+    family = study.score(runs)["families"]["B-accuracy"]
+    assert [(r["method"], r["baseline"]) for r in family] == [("DAPO_TOKEN", "DAPO"), ("DAPO_TOKEN", "DAPO_TOKEN_NO_ENTROPY"),
+                                                            ("DAPO_TOKEN_NO_ENTROPY", "DAPO")]
+    assert all(r["seeds"] == 8 and r["paired_seeds"] == list(range(8)) for r in family)
+    # a seed missing from one arm of the family drops from every row of it
+    partial = [r for r in runs if not (r["arm"] == "DAPO_TOKEN_NO_ENTROPY" and r["seed"] == 7)]
+    assert all(r["seeds"] == 7 for r in study.score(partial)["families"]["B-accuracy"])
+
+
+def test_the_scores_are_written_as_json_markdown_and_a_figure(study, tmp_path):
+    runs_dir = tmp_path / "runs"
+    runs_dir.mkdir()
+    for seed in range(8):
+        for arm, acc in (("DAPO", 0.4), ("DAPO_TOKEN", 0.6 + 0.01 * seed)):
+            run = dict(_run(arm, seed, acc), wall_s=300.0 + seed,
+                       machine_start={"load_1_5_15": [1.0, 1, 1], "mem_available_gib": 20.0},
+                       machine_end={"load_1_5_15": [2.5, 1, 1], "mem_available_gib": 18.5})
+            if arm == "DAPO_TOKEN":
+                run["mechanism"] = [{k: 0.1 * (step + 1) for k in study.MECHANISM_KEYS} for step in range(3)]
+            (runs_dir / f"{arm}__seed{seed}.json").write_text(json.dumps(run))
+    result = study.write_scores(str(runs_dir), str(tmp_path))
+    assert result["machine"]["DAPO"] == {"runs": 8, "wall_s_median": 303.5, "wall_s_range": [300.0, 307.0],
+                                         "load_1min_range": [1.0, 2.5], "min_free_gib": 18.5}
+    assert result["mechanism"]["DAPO_TOKEN"]["bonus_share_of_abs_advantage"] == pytest.approx(0.2)  # median of steps
+    page = (tmp_path / "scores.md").read_text()
+    assert "| `DAPO_TOKEN` − `DAPO` | val_acc | + | 8 |" in page and "**supported**" in page
+    assert (tmp_path / "differences.png").stat().st_size > 1000 and json.loads((tmp_path / "scores.json").read_text())

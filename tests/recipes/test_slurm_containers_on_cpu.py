@@ -51,13 +51,21 @@ def srun_steps(calls):
 
 
 def kind_of(command):
-    """What a step runs: "start", "status", "version", "driver", "hostname", "create", "cleanup"."""
+    """What a step runs: "start", "status", "version", "driver", "hostname", "create", "cleanup",
+    "folders" (the node-local folders), "sweep" (stale containers), "gloo" (the hostname's address)."""
     if command[:1] == ["apptainer"]:
         command = command[command.index("--pwd") + 3:]  # apptainer exec --nv --bind M --pwd D IMAGE cmd…
+    elif command[:1] == ["env"]:
+        command = command[1:]  # pyxis: through `env` (LaunchParameters=test_exec looks for the command on the host)
+    if command[:2] == ["bash", "-c"]:
+        return {"stale_sweep": "sweep", "gloo_check": "gloo"}[command[3]]
     head = command[:2]
     return {("ray", "start"): "start", ("ray", "status"): "status", ("ray", "--version"): "version",
             ("bash", RECIPE): "driver", ("hostname", "--all-ip-addresses"): "hostname", ("true",): "create",
-            ("enroot", "remove"): "cleanup"}[tuple(head) if head[0] != "true" else ("true",)]
+            ("enroot", "remove"): "cleanup", ("mkdir", "-p"): "folders"}[tuple(head) if head[0] != "true" else ("true",)]
+
+
+HOST_KINDS = ("hostname", "folders", "sweep", "gloo", "cleanup")  # steps that run on the host
 
 
 def test_pyxis_steps_of_a_node_share_one_named_container_created_first(stubs, tmp_path):
@@ -68,23 +76,25 @@ def test_pyxis_steps_of_a_node_share_one_named_container_created_first(stubs, tm
     in_container = [i for i, (_, options, _) in enumerate(steps) if any(o.startswith("--container-") for o in options)]
     create = in_container[0]
     node, options, kind = steps[create]
+    mounts = next(o for o in options if o.startswith("--container-mounts=")).split("=", 1)[1]
     # the first container step creates it on all three nodes at once, in the foreground, from the image
     assert kind == "create" and node is None and {"--nodes=3", "--ntasks=3", "--ntasks-per-node=1"} <= set(options)
     assert f"--container-image={IMAGE}" in options and f"--container-name={NAME}" in options
-    assert f"--container-mounts={MOUNTS}" in options and "--overlap" not in options
-    assert [k for _, _, k in steps[:create]] == ["hostname"]  # only the host's address before it
-    assert not any(o.startswith("--container-") for o in steps[0][1])  # hostname runs on the host
+    assert mounts.startswith(MOUNTS + ",") and "--overlap" not in options
+    # only the host's address, the node-local folders and the sweep of stale containers before it, on the host
+    assert [k for _, _, k in steps[:create]] == ["hostname", "folders", "sweep"]
+    assert not any(o.startswith("--container-") for _, options, _ in steps[:create] for o in options)
 
     started, joined = set(), set()
     for node, options, kind in steps[create + 1:]:
         names = {o.split("=", 1)[1] for o in options if o.startswith("--container-name=")}
-        if kind == "cleanup":
-            assert not names and node is None
+        if kind in HOST_KINDS:
+            assert not names
             continue
         assert len(names) == 1 and names.pop().split(":")[0] == NAME, (node, kind, options)  # one container per node
         if kind in ("start", "version"):  # starts the node's container: image and mounts apply
             assert f"--container-name={NAME}" in options and f"--container-image={IMAGE}" in options
-            assert f"--container-mounts={MOUNTS}" in options
+            assert f"--container-mounts={mounts}" in options
             if kind == "start":
                 started.add(node)
         else:  # the polls and the driver join the running container of that node's `ray start`
@@ -96,12 +106,13 @@ def test_pyxis_steps_of_a_node_share_one_named_container_created_first(stubs, tm
     # removed from every node at the end (pyxis keeps named containers), under either container scope
     *_, (node, options, kind) = steps
     assert kind == "cleanup" and node is None and "--nodes=3" in options
-    (remove,) = [argv for tool, _, _, argv in calls if tool == "enroot"]
+    (remove,) = [argv for tool, _, _, argv in calls if tool == "enroot" and argv[0] == "remove"]
     assert remove[-2:] == [f"pyxis_{NAME}", f"pyxis_4242_{NAME}"] and remove[:2] == ["remove", "--force"]
     # a job that stops early (here: the image's Ray has no token auth) removes them too
     proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=RECIPE,
                              **slurm_env(tmp_path, CONTAINER_IMAGE=IMAGE, STUB_RAY_VERSION="2.49.1"))
-    assert proc.returncode == 1 and [argv[:2] for tool, _, _, argv in calls if tool == "enroot"] == [["remove", "--force"]]
+    assert proc.returncode == 1
+    assert [argv[:2] for tool, _, _, argv in calls if tool == "enroot" and argv[0] == "remove"] == [["remove", "--force"]]
 
 
 def test_apptainer_runs_ray_and_the_driver_in_the_image_with_the_host_tmp(stubs, tmp_path):
@@ -114,17 +125,17 @@ def test_apptainer_runs_ray_and_the_driver_in_the_image_with_the_host_tmp(stubs,
         kind = kind_of(command)
         kinds.append(kind)
         assert not any(o.startswith("--container-") for o in options)
-        if kind == "hostname":
-            assert command[0] == "hostname"
-        else:  # the host's /tmp stays bound (no --contain / --no-mount): every step sees /tmp/ray
-            assert command[:7] == ["apptainer", "exec", "--nv", "--bind", MOUNTS, "--pwd", str(REPO_ROOT)], command
-            assert command[7] == image
-    assert "create" not in kinds and "cleanup" not in kinds and kinds.count("start") == 3
+        if kind in HOST_KINDS:
+            assert command[0] != "apptainer"
+        else:
+            assert command[:4] == ["apptainer", "exec", "--nv", "--bind"] and command[4].startswith(MOUNTS + ","), command
+            assert command[5:8] == ["--pwd", str(REPO_ROOT), image]
+    assert not {"create", "cleanup", "sweep"} & set(kinds) and kinds.count("start") == 3
     assert not [c for c in calls if c[0] == "enroot"]
     # without any container: nothing of either
     proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=RECIPE, **slurm_env(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    assert all(command[0] in ("hostname", "ray", "bash") for _, _, command in srun_steps(calls))
+    assert all(command[0] in ("hostname", "ray", "bash", "mkdir") for _, _, command in srun_steps(calls))
     assert not [c for c in calls if c[0] in ("enroot", "apptainer")]
 
 
@@ -133,7 +144,7 @@ def _srun_env_logger(tmp_path, stubs):
     extra = tmp_path / "env_bin"
     extra.mkdir()
     srun = extra / "srun"
-    srun.write_text('#!/usr/bin/env bash\necho "${SLURM_GPUS_PER_NODE-unset} $*" >> "${SRUN_ENV_LOG}"\n'
+    srun.write_text('#!/usr/bin/env bash\nargs="$*"; echo "${SLURM_GPUS_PER_NODE-unset} ${args//$\'\\n\'/ }" >> "${SRUN_ENV_LOG}"\n'
                     f'exec "{stubs}/srun" "$@"\n')
     srun.chmod(0o755)
     return f"{extra}:{stubs}:{os.environ['PATH']}"
@@ -157,12 +168,15 @@ def test_steps_beside_ray_start_ask_for_no_gpus_and_little_memory(beside_mem, st
         if tool != "srun":
             continue
         ((node, options, command),) = srun_steps([(tool, "", "", argv)])
-        (gpus,) = seen[" ".join(argv)]
+        (gpus,) = seen[" ".join(argv).replace("\n", " ")]
         if kind_of(command) == "start":  # the node's GPUs and CPUs, its memory less the beside steps'
             assert gpus == "8" and "--gres=none" not in options and "--overlap" not in options
             assert f"--mem={ray_mem}M" in options and "--cpus-per-task=64" in options
             assert f"--memory={ray_mem * 1024 * 1024}" in command
-        else:  # polls, the driver, the version check, the host's address
+        elif node is None:  # on every node at once, before `ray start` or after it ends: the folders, the cleanup
+            assert gpus == "unset" and "--gres=none" in options and "--mem=1024M" in options, (command, options)
+            assert kind_of(command) in ("folders", "cleanup", "sweep")
+        else:  # polls, the driver, the version check, the host's address and name resolution
             assert gpus == "unset" and "--gres=none" in options and f"--mem={beside}M" in options, (command, options)
             assert "--overlap" in options and not [o for o in options if o.startswith("--cpus-per-task")]
 
@@ -225,6 +239,9 @@ NEVER_EMPTY = {
     "node_steps": "expanded only under ((${#node_steps[@]}))",
     "container_start": "create_containers runs only with CONTAINER_IMAGE set, which fills it",
     "moved": "expanded only under ((${#moved[@]}))",
+    "in_place": "assigned three folders before any use",
+    "loopback": "expanded only under ((${#loopback[@]}))",
+    "devices": "one entry per node, filled before any use",
     "install": "assigned the install command before any use",
     "main": "launch_main assigns `python3 -m …` first",
     "cmd": "every LAUNCHER branch assigns it, or returns",

@@ -11,27 +11,35 @@ from support.recipes import SLURM, as_dict, launched_overrides
 
 def test_slurm_launch(stubs, tmp_path, launched):
     recipe = "recipes/dapo/run_dapo_token_qwen2.5_32b.sh"
-    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **slurm_env(tmp_path))
+    env = slurm_env(tmp_path)
+    proc, calls = run_script(stubs, tmp_path, SLURM, RECIPE=recipe, **env)
     assert proc.returncode == 0, proc.stderr
     ray_starts = sorted(argv for tool, _, _, argv in calls if tool == "ray" and argv[0] == "start")
     ray_mem_mb = 1048576 - 16384  # the node's memory less BESIDE_MEM_MB for the steps beside `ray start`
     resources = ["--num-cpus=64", "--num-gpus=8", f"--memory={ray_mem_mb * 1024 * 1024}"]  # the node's CPUs and memory
+    temp = f"--temp-dir={env['NODE_LOCAL_DIR']}/gtpo_ray_4242"  # Ray's sockets and logs on the node's own disk
     assert ray_starts == [
-        ["start", "--address=10.1.2.3:6379", *resources, "--block"],
-        ["start", "--address=10.1.2.3:6379", *resources, "--block"],
-        ["start", "--head", "--node-ip-address=10.1.2.3", "--port=6379", "--dashboard-host=127.0.0.1", *resources, "--block"],
+        ["start", "--address=10.1.2.3:6379", temp, *resources, "--block"],
+        ["start", "--address=10.1.2.3:6379", temp, *resources, "--block"],
+        ["start", "--head", "--node-ip-address=10.1.2.3", "--port=6379", "--dashboard-host=127.0.0.1", temp, *resources,
+         "--block"],
     ]
-    srun_steps = sorted((argv[argv.index("-w") + 1], argv[argv.index("-w") + 2:][:2]) for tool, _, _, argv in calls if tool == "srun")
+    on_one = [argv for tool, _, _, argv in calls if tool == "srun" and "-w" in argv]
+    on_all = [argv for tool, _, _, argv in calls if tool == "srun" and "-w" not in argv]
+    assert [argv[argv.index("--mem=1024M") + 1:][:1] for argv in on_all] == [["mkdir"]]  # the node-local folders, on every node
+    srun_steps = sorted((argv[argv.index("-w") + 1], argv[argv.index("-w") + 2:][:2]) for argv in on_one)
     head_waits = sum(1 for log in tmp_path.glob("calls_*.head_waits") for _ in log.read_text().splitlines())
     polls = [("node01", ["ray", "status"])] * (2 + head_waits)  # until the head answers, then the GPU count
+    gloo = [(node, ["bash", "-c"]) for node in ("node01", "node02", "node03")]  # each node's hostname resolution
     assert srun_steps == [
-        ("node01", ["bash", recipe]), ("node01", ["hostname", "--all-ip-addresses"]), ("node01", ["ray", "--version"]),
-        ("node01", ["ray", "start"]), *polls, ("node02", ["ray", "start"]), ("node03", ["ray", "start"]),
+        gloo[0], ("node01", ["bash", recipe]), ("node01", ["hostname", "--all-ip-addresses"]),
+        ("node01", ["ray", "--version"]), ("node01", ["ray", "start"]), *polls,
+        gloo[1], ("node02", ["ray", "start"]), gloo[2], ("node03", ["ray", "start"]),
     ]
-    for tool, _, _, argv in calls:
-        if tool == "srun" and argv[argv.index("-w") + 2:][:2] == ["ray", "start"]:  # the node's CPUs, not srun's one
+    for argv in on_one:
+        if argv[argv.index("-w") + 2:][:2] == ["ray", "start"]:  # the node's CPUs, not srun's one
             assert "--cpus-per-task=64" in argv and f"--mem={ray_mem_mb}M" in argv and "--overlap" not in argv
-        elif tool == "srun" and argv[argv.index("-w") + 2] in ("ray", "bash"):  # beside the running `ray start`
+        elif argv[argv.index("-w") + 2] in ("ray", "bash"):  # beside the running `ray start`
             assert "--overlap" in argv and "--cpus-per-task=64" not in argv and "--mem=16384M" in argv and "--gres=none" in argv
     # workers start only once the head answers; the driver only once `ray status` shows every GPU
     order = [(tool, argv[0], "--head" in argv) for tool, _, _, argv in calls if tool in ("ray", "python3")]

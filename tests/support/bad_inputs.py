@@ -32,7 +32,9 @@ BAD_VALUES = {
     "ratio_above_one_or_null": [*_NUMBER, "1", "0.9"],
     "momentum": [*_NUMBER, "1", "1.5", "-0.1", "null"],
     "count": ["abc", "2.5", "-1", "true", "'3'", "null"],
+    "positive_count": ["abc", "2.5", "0", "-1", "true", "'3'", "null"],
     "seconds_or_null": [*_NUMBER, "-5", "-0.1"],
+    "ratio_or_null": [*_NUMBER, "0", "-1", "101"],  # (0, 100] or null
     "choice": ["nope", "1", "true", "''", "[base]"],
     "choice_or_null": ["nope", "1", "true", "''"],
     "steps": ["abc", "[0]", "[-1]", "[2.5]", "[true]", "['2']", "[a]"],
@@ -75,6 +77,7 @@ KEYS = {
     "algorithm.gtpo_traj.entropy_reg_mode": "choice",
     "algorithm.gtpo_traj.initial_entropy": "nonneg_or_null",
     "algorithm.gtpo_traj.entropy_threshold": "positive_or_null",
+    "algorithm.gtpo_traj.entropy_threshold_ratio": "ratio_or_null",
     "algorithm.gtpo_traj.overlap": "choice_or_null",
     "algorithm.gtpo_traj.divisor": "choice_or_null",
     "algorithm.gtpo_traj.norm_adv_by_std": "bool_or_null",
@@ -83,17 +86,23 @@ KEYS = {
     # gtpo
     "gtpo.preflight": "bool",
     "gtpo.dry_run": "bool",
+    "gtpo.probe": "bool",
     "gtpo.diagnostics": "bool",
     "gtpo.remeasure_on_resume": "bool",
     "gtpo.entropy_warning.ratio": "ratio_above_one",
     "gtpo.entropy_warning.fall_ratio": "ratio_above_one_or_null",
     "gtpo.entropy_warning.momentum": "momentum",
     "gtpo.entropy_warning.warmup_steps": "count",
+    "gtpo.entropy_warning.persist_steps": "positive_count",
     "gtpo.watchdog.generation_timeout_s": "seconds_or_null",
+    "gtpo.health.on_noop": "choice",
+    "gtpo.health.window": "positive_count",
+    "gtpo.health.noop_share": "epsilon",  # a share in (0, 1]
     "gtpo.validation_metrics.enable": "bool",
     "gtpo.validation_metrics.success_threshold": "number",
     "gtpo.audit.steps": "steps",
     "gtpo.audit.dir": None,  # a path: any string or null (the preflight checks the folder)
+    "gtpo.audit.require_weights": "bool",
     # the grpo_s loss's own knob
     "actor_rollout_ref.actor.policy_loss.sequence_ratio_mean": "choice",
 }

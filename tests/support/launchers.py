@@ -9,7 +9,10 @@ for real, in bash, so every ``${VAR:-default}`` and ``$((…))`` expands as on a
 
 from __future__ import annotations
 
+import atexit
+import itertools
 import os
+import shutil
 import stat
 import subprocess
 import tempfile
@@ -20,12 +23,15 @@ from support.paths import REPO_ROOT
 HOME = "/cluster/home"  # the recipes' paths default under $HOME/verl
 
 STUB = r"""#!/usr/bin/env bash
+trap 'stub_stopped=1' TERM  # a script that stops this call at once (`ray start` at the job's end) gets its record first
 printf '%s\0' "$(basename "$0")" "${RAY_ADDRESS-}" "${LAUNCHER-}" "$@" > "${STUB_LOG_DIR}/$(date +%s%N)-$$-${RANDOM}"
 if [[ -n "${STUB_ENV_LOG-}" ]]; then  # who saw which Ray auth settings (and the token file's mode)
     mode=none; [[ -n "${RAY_AUTH_TOKEN_PATH-}" && -f "${RAY_AUTH_TOKEN_PATH}" ]] && mode=$(stat -c %a "${RAY_AUTH_TOKEN_PATH}")
     printf '%s %s %s %s %s %s\n' "$(basename "$0")" "${1-}" "${STUB_NODE-host}" "${RAY_AUTH_MODE-unset}" \
         "${RAY_AUTH_TOKEN_PATH:-${RAY_AUTH_TOKEN:+env}}" "${mode}" >> "${STUB_ENV_LOG}"
 fi
+trap - TERM
+[[ -z "${stub_stopped-}" ]] || exit 143
 """
 STUBS = {
     "python3": STUB + 'exit "${STUB_PYTHON_EXIT:-0}"\n',
@@ -70,8 +76,23 @@ exec "$@"
 """,
 }
 
-# container runtimes for the image build (recipes/containers/build_image.sh): record, succeed
-STUBS.update({name: STUB for name in ("enroot", "docker")})
+# container runtimes for the image build (recipes/containers/build_image.sh): record, succeed;
+# `enroot list` prints STUB_ENROOT_LIST (the caller's containers on the node)
+STUBS.update({"docker": STUB, "enroot": STUB + 'if [[ "${1-}" == list ]]; then printf "%b" "${STUB_ENROOT_LIST-}"; fi\n'})
+STUBS.update({
+    # squeue: this user's jobs (STUB_SQUEUE, one id a line); STUB_SQUEUE_FAILS=1 fails as an unreachable controller
+    "squeue": STUB + '[[ -z "${STUB_SQUEUE_FAILS-}" ]] || exit 1\nprintf "%b" "${STUB_SQUEUE-}"\n',
+    # getent ahosts <hostname>: the node's hostname resolves to 127.0.1.1 first on STUB_LOOPBACK_NODES
+    "getent": STUB + r"""address=${STUB_HOST_ADDRESS:-10.1.2.3}
+[[ " ${STUB_LOOPBACK_NODES-} " == *" ${STUB_NODE-} "* ]] && address=127.0.1.1
+echo "${address}      STREAM node"; echo "${address}      DGRAM"
+""",
+    # ip -o -4 route get <head>: the interface the node reaches it through (STUB_IFACES "node:dev …", default eth0)
+    "ip": STUB + r"""dev=eth0
+for entry in ${STUB_IFACES-}; do [[ "${entry%%:*}" == "${STUB_NODE-}" ]] && dev=${entry#*:}; done
+echo "10.1.2.3 via 10.1.0.1 dev ${dev} src 10.1.2.9 uid 1000 \    cache"
+""",
+})
 
 
 def make_stub_bin(folder: Path) -> Path:
@@ -104,7 +125,10 @@ def read_calls(folder):
     """The stubs' records in ``folder``, in call order: [(tool, RAY_ADDRESS, LAUNCHER, argv), …]."""
     calls = []
     for record in sorted(folder.iterdir()):
-        tool, ray_address, launcher, *argv = record.read_bytes().decode().split("\0")[:-1]
+        fields = record.read_bytes().decode().split("\0")[:-1]
+        if not fields:  # a stub the script stopped while it was writing its record (`ray start` at the job's end)
+            continue
+        tool, ray_address, launcher, *argv = fields
         calls.append((tool, ray_address, launcher, argv))
     return calls
 
@@ -128,10 +152,24 @@ SLURM_ENV = dict(
 )
 
 
+# NODE_LOCAL_DIR for the stubbed nodes: short (Ray's temp dir must stay within 40 characters), one per
+# call, all removed when the tests end
+_NODE_LOCAL_ROOT = tempfile.mkdtemp(prefix="gtpo_t", dir="/tmp")
+atexit.register(shutil.rmtree, _NODE_LOCAL_ROOT, True)
+_NODE_LOCAL_COUNT = itertools.count()
+
+
+def node_local_dir() -> str:
+    path = os.path.join(_NODE_LOCAL_ROOT, str(next(_NODE_LOCAL_COUNT)))
+    os.mkdir(path)
+    return path
+
+
 def slurm_env(tmp_path, **extra):
-    """SLURM_ENV with the job's token folder, its requeue count and the stubs' auth log under ``tmp_path``."""
+    """SLURM_ENV with the job's token folder, its requeue count, the stubs' auth log under ``tmp_path``
+    and a node-local folder of its own."""
     return {**SLURM_ENV, "RAY_AUTH_DIR": tmp_path / "ray_auth", "STUB_ENV_LOG": tmp_path / "auth.log",
-            "REQUEUE_STATE_DIR": tmp_path / "requeues", **extra}
+            "REQUEUE_STATE_DIR": tmp_path / "requeues", "NODE_LOCAL_DIR": node_local_dir(), **extra}
 
 
 def auth_log(tmp_path):

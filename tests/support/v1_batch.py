@@ -8,11 +8,11 @@ import torch
 
 
 def put_v1_batch(tq, seed, prompts=3, group=4, padding_rows=2, prefix="b", partition_id="train", vocab=5,
-                 old_log_probs=True):
+                 old_log_probs=True, prompt_ids=False):
     """Write nested response-only fields (entropy, token ids, old log-probs, scores) and V1 padding rows.
 
     ``vocab`` bounds the token ids (a small one makes shared prefixes, i.e. conflict runs, likely);
-    ``old_log_probs=False`` leaves that field out. Returns ``(KVBatchMeta, padded)``: ``padded``
+    ``old_log_probs=False`` leaves that field out; ``prompt_ids=True`` adds verl's ``prompts`` (what a dump reads). Returns ``(KVBatchMeta, padded)``: ``padded``
     holds the same fields as ``(B, T)`` tensors plus ``index`` (the uids), in verl's estimator
     keyword names.
     """
@@ -40,6 +40,8 @@ def put_v1_batch(tq, seed, prompts=3, group=4, padding_rows=2, prefix="b", parti
     }
     if log_probs is not None:
         values["old_log_probs"] = nested(log_probs, torch.float32)
+    if prompt_ids:
+        values["prompts"] = nested([[7, 8, 9, (i // group) % vocab] for i in range(len(uids))], torch.int64)
     fields = TensorDict({**values, "uid": NonTensorStack(*uids)}, batch_size=[len(uids)])
     keys = [f"{uid}_{i}_0" for i, uid in enumerate(uids)]  # verl's V1 key format {uid}_{session}_{index}
     tags = [{"is_padding": i >= rows} for i in range(len(uids))]

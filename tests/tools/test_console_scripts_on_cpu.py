@@ -11,6 +11,7 @@ SCRIPTS = {  # console script → module, and a word its --help must contain
     "gtpo-audit": ("gtpo_verl.tools.audit", "gtpo.audit.dir"),
     "gtpo-dashboard": ("gtpo_verl.tools.dashboard", "--entity"),
     "gtpo-report": ("gtpo_verl.tools.report", "NAME=PATH"),
+    "gtpo-mechanism": ("gtpo_verl.tools.mechanism", "--ratios"),
 }
 
 

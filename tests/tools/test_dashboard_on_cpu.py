@@ -2,10 +2,10 @@
 checks that every panel's metric is one a real CPU run logged.
 
 The names come from tests/fixtures/cpu_run_metrics/*.jsonl, verl's file-logger output of
-real CPU study runs (``python -m research.study --methods DAPO_SEQ,GTPO_TRAJ --seeds 0
---steps 2 --lr 1e-3``; ``--methods GTPO_TRAJ --seeds 1 --steps 20 --mini-batches 2``;
-``--methods DAPO_ENTROPY_ADV --seeds 0 --steps 4 --test-freq 2``; ``--methods DAPO_HIGH_ENTROPY --seeds 0,1
---steps 2 --test-freq 2``, two seeds of one method), not from a list written by hand. Metrics a CPU run cannot produce
+real CPU runs of ``python -m gtpo_verl.main --config-name gtpo_trainer_cpu`` (the CPU demo's tiny
+Qwen2 on a largest-digit task, 16 validation samples a prompt: DAPO_SEQ and GTPO_TRAJ, seed 0,
+2 steps at lr 1e-3; GTPO_TRAJ, seed 1, 20 steps of two mini-batches; DAPO_ENTROPY_ADV, seed 0,
+4 steps; DAPO_HIGH_ENTROPY, seeds 0 and 1, 2 steps), not from a list written by hand. Metrics a CPU run cannot produce
 (``dashboard.NOT_ON_CPU``: dynamic sampling, accelerator memory, the paper preset's gate) must
 at least be string literals in verl's or gtpo_verl's source.
 """
@@ -23,7 +23,7 @@ pytest.importorskip("wandb_workspaces", reason='the dashboard extra is not insta
 from gtpo_verl.tools import dashboard  # noqa: E402
 
 RUN_METRICS = str(FIXTURES / "cpu_run_metrics")
-DATA_SOURCE, VAL_N = "gtpo_study/max_digit", 16  # the study's validation set
+DATA_SOURCE, VAL_N = "gtpo_study/max_digit", 16  # the fixture runs' validation set
 
 
 def logged_names() -> set[str]:

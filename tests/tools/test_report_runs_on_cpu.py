@@ -193,6 +193,11 @@ def test_the_trainers_warnings_come_back_from_its_flags(tmp_path):
     assert warnings[2].startswith("step 5: gtpo/health/delta_filtered on")
     # the check's own message, with the key that fixes it
     assert "algorithm.gtpo_traj.ini_entropy_gate=true" in warnings[1] and "drops 95% of responses" in warnings[1]
+    # a run whose watch kept its floor: the rise against the floor and the steps in a row
+    write_lines(tmp_path / "floor.jsonl", [(12, {"gtpo/entropy/collapse_warning": 1, "gtpo/entropy/batch_mean": 1.5,
+                                                 "gtpo/entropy/floor": 1.0, "gtpo/entropy/rise_steps": 10})])
+    (warning,) = metric_warnings(read_run([str(tmp_path / "floor.jsonl")]))
+    assert "entropy 1.5, 1.5× its lowest baseline, above gtpo.entropy_warning.ratio for 10 steps in a row" in warning
 
 
 def test_gtpo_warning_lines_are_found_in_the_run_logs(tmp_path):
@@ -227,7 +232,7 @@ def test_nan_and_infinity_spelled_out_are_nulls_too(tmp_path):
 
 
 def test_the_studys_method_seed_folders_are_named_as_seeds(tmp_path):
-    for seed in (0, 1):  # research.study writes <out>/<method>/seed<k>/metrics.jsonl
+    for seed in (0, 1):  # one folder per seed: <out>/<method>/seed<k>/metrics.jsonl
         (tmp_path / "DAPO_TOKEN" / f"seed{seed}").mkdir(parents=True)
         write_lines(tmp_path / "DAPO_TOKEN" / f"seed{seed}" / "metrics.jsonl", real_rows()[:3])
     runs = [run for run, _ in load_runs([str(tmp_path / "DAPO_TOKEN")])]

@@ -69,8 +69,10 @@ def test_the_mixin_and_the_lab_give_the_same_advantages_and_metrics(transfer_que
     torch.testing.assert_close(fields["advantages"], lab.advantages[:, :width], atol=0, rtol=0)
     torch.testing.assert_close(fields["response_mask"], lab.response_mask[:, :width].to(fields["response_mask"].dtype))
     shared = {k for k in lab.metrics if k.startswith(("gtpo/adv/", "gtpo/bonus_share/", "gtpo/conflict/", "gtpo/delta/",
-                                                      "gtpo/transform/", "gtpo/success_frac"))}
+                                                      "gtpo/transform/", "gtpo/success_frac", "gtpo/health/"))}
+    shared.discard("gtpo/health/all_equal_groups_frac")  # the lab has no V1 padding rows: it counts them as groups
     assert shared and shared <= set(trainer_metrics)
+    assert "gtpo/health/entropy_moved_frac" in shared  # the method's health, the same in the lab and the trainer
     for key in shared:
         assert trainer_metrics[key] == pytest.approx(lab.metrics[key], rel=1e-6, abs=1e-9), key
 

@@ -237,10 +237,10 @@ def test_trainer_substitution_keeps_every_mode_and_restores_the_registry():
 def test_entropy_watch_flags_a_rise_and_round_trips():
     from gtpo_verl.trainer.diagnostics import EntropyWatch
 
-    watch = EntropyWatch(ratio=1.5, momentum=0.5, warmup_steps=2)
+    watch = EntropyWatch(ratio=1.5, momentum=0.5, warmup_steps=2, persist_steps=1)
     flags = [watch.update(h)["gtpo/entropy/collapse_warning"] for h in (1.0, 1.0, 1.1, 2.0)]
     assert flags == [0.0, 0.0, 0.0, 1.0]
-    copy = EntropyWatch(ratio=1.5, momentum=0.5, warmup_steps=2)
+    copy = EntropyWatch(ratio=1.5, momentum=0.5, warmup_steps=2, persist_steps=1)
     copy.load_state_dict(watch.state_dict())
     assert copy.update(1.0) == watch.update(1.0)
 

@@ -16,7 +16,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import gtpo_verl
-from gtpo_verl.trainer.watchdog import EXIT_STATUS, GenerationStalledError, exit_if_stalled, stalled_error_in
+from gtpo_verl.trainer.health import NOOP_EXIT_STATUS, MethodSwitchedOffError
+from gtpo_verl.trainer.watchdog import EXIT_STATUS, GenerationStalledError, error_in, exit_on_known_error
 from support.hydra import compose_gtpo
 from support.transfer_queue import TQ_OVERRIDES, local_transfer_queue
 
@@ -174,19 +175,25 @@ def test_watchdog_is_off_unless_configured(transfer_queue):
 
 
 def test_the_driver_exits_with_one_line_when_the_task_runner_raised_it(transfer_queue, capsys):
+    """Through Ray's real error wrapping: the watchdog's status 3 (requeued), a no-op method's 4 (not)."""
     import ray
 
     @ray.remote(num_cpus=0)  # the TransferQueue actors hold this test cluster's two CPUs
-    def task_runner():
-        raise GenerationStalledError("generation made no progress for 9s (gtpo.watchdog.generation_timeout_s=9): …")
+    def task_runner(kind, message):
+        raise kind(message)
 
-    with pytest.raises(ray.exceptions.RayTaskError) as caught:
-        ray.get(task_runner.remote())
-    assert stalled_error_in(caught.value).args[0].startswith("generation made no progress for 9s")
-    with pytest.raises(SystemExit) as exited:
-        exit_if_stalled(caught.value)
-    assert exited.value.code == EXIT_STATUS == 3
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("gtpo_verl: generation made no progress for 9s")
-    assert stalled_error_in(ValueError("other")) is None
-    exit_if_stalled(ValueError("other"))  # not ours: returns, the caller re-raises
+    for kind, status, message in (
+        (GenerationStalledError, 3, "generation made no progress for 9s (gtpo.watchdog.generation_timeout_s=9): …"),
+        (MethodSwitchedOffError, 4, "the method trains nothing: algorithm.gtpo_traj's δ = 0.7 nats filtered …"),
+    ):
+        with pytest.raises(ray.exceptions.RayTaskError) as caught:
+            ray.get(task_runner.remote(kind, message))
+        assert error_in(caught.value, kind).args[0] == message
+        with pytest.raises(SystemExit) as exited:
+            exit_on_known_error(caught.value)
+        assert exited.value.code == status
+        err = capsys.readouterr().err
+        assert err == f"gtpo_verl: {message}\n"
+    assert EXIT_STATUS == 3 and NOOP_EXIT_STATUS == 4
+    assert error_in(ValueError("other")) is None
+    exit_on_known_error(ValueError("other"))  # not ours: returns, the caller re-raises

@@ -16,7 +16,14 @@ from gtpo_verl.algorithms.choices import NEGATIVE_SHARES, SEQUENCE_ENTROPY_MEANS
 from gtpo_verl.algorithms.sequence_shaping import grpo_s_advantage
 from gtpo_verl.plugin.config import ConfigError, choice, weight
 from gtpo_verl.plugin.estimators.paper_b import PaperBBlock
-from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, EstimatorCall, success_failure
+from gtpo_verl.plugin.estimators.row import (
+    Estimator,
+    EstimatorBatch,
+    EstimatorCall,
+    entropy_moved_frac,
+    flat_entropy,
+    success_failure,
+)
 
 NAME = "grpo_s"  # algorithm.adv_estimator=grpo_s, and actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s
 
@@ -73,6 +80,12 @@ def _metrics(call: EstimatorCall, counts, success, failure, real) -> dict[str, f
             "bonus_share/max": float(picked.max())}
 
 
+def _health(call: EstimatorCall, mask: torch.Tensor, real: torch.Tensor) -> dict[str, float]:
+    """How much the entropy moves GRPO-S's advantage against every entropy equal (each sequence weight 1);
+    the spread of the weights themselves is ``gtpo/bonus_share/std``."""
+    return {"health/entropy_moved_frac": entropy_moved_frac(call, mask, real, flat_entropy(call))}
+
+
 GRPO_S = Estimator(
     name=NAME,
     summary=f"GRPO-S (Paper B, sequence level), arXiv:2508.04349 Eq. (S31)-(S37); knobs in "
@@ -85,6 +98,7 @@ GRPO_S = Estimator(
     run=_run,
     outcome=success_failure,
     metrics=_metrics,
+    health=_health,
     loss_agg_mode="seq-mean-token-mean",  # Eq. (S34): (1/G) Σ_i over sequences
     policy_loss=NAME,  # the loss registers under the estimator's name (plugin/losses.py)
 )

@@ -18,7 +18,14 @@ from gtpo_verl.algorithms.choices import ENTROPY_SHARES, LENGTH_DENOMINATORS, TO
 from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage, success_share_rows
 from gtpo_verl.plugin.config import ConfigError, choice, number, select, weight
 from gtpo_verl.plugin.estimators.paper_b import PaperBBlock
-from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, EstimatorCall, success_failure
+from gtpo_verl.plugin.estimators.row import (
+    Estimator,
+    EstimatorBatch,
+    EstimatorCall,
+    entropy_moved_frac,
+    flat_entropy,
+    success_failure,
+)
 from gtpo_verl.plugin.threads import one_cpu_thread
 
 NAME = "gtpo_token"  # algorithm.adv_estimator=gtpo_token
@@ -116,6 +123,29 @@ def _metrics(call: EstimatorCall, counts, success, failure, real) -> dict[str, f
             "bonus_share/max": largest}
 
 
+def alone_in_column_frac(call: EstimatorCall, mask: torch.Tensor, real: torch.Tensor) -> Optional[float]:
+    """Share of the real successes' valid tokens that are the only success token of their group at their
+    position t: there S18's column share is 1 whatever the entropy. None without a success token."""
+    rows = call.result.success.to(mask.device) & real
+    success_mask = mask * rows[:, None].to(mask.dtype)
+    group_ids = call.batch.group_ids.to(mask.device)
+    column_count = torch.zeros(call.batch.num_groups, mask.shape[-1], dtype=mask.dtype, device=mask.device)
+    column_count.index_add_(0, group_ids, success_mask)
+    tokens = float(success_mask.sum())
+    if not tokens:
+        return None
+    return float(((column_count[group_ids] == 1) & (success_mask > 0)).sum()) / tokens
+
+
+def _health(call: EstimatorCall, mask: torch.Tensor, real: torch.Tensor) -> dict[str, float]:
+    """How much the entropy moves GTPO's advantage (against every entropy equal, where each share is 1) and,
+    with the column share, how many success tokens stand alone in their column."""
+    out = {"health/entropy_moved_frac": entropy_moved_frac(call, mask, real, flat_entropy(call))}
+    if call.block.entropy_share == "column" and (alone := alone_in_column_frac(call, mask, real)) is not None:
+        out["health/alone_in_column_frac"] = alone
+    return out
+
+
 def _check(config, block: GTPOTokenConfig, warn) -> None:
     if block.variant == "clipped_len" and bool(select(config, "reward.reward_kwargs.overlong_buffer_cfg.enable", False)):
         raise ConfigError(
@@ -136,6 +166,7 @@ GTPO_TOKEN = Estimator(
     run=_run,
     outcome=success_failure,
     metrics=_metrics,
+    health=_health,
     loss_agg_mode="token-mean",  # Eq. (S22): DAPO's token-level surrogate
     check=_check,
 )

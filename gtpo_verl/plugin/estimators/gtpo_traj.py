@@ -7,7 +7,7 @@ differentiable regulariser, the ⟨H⟩_ini gate). The equations are ``algorithm
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Optional
 
 import torch
@@ -21,7 +21,7 @@ from gtpo_verl.algorithms.choices import (
 )
 from gtpo_verl.algorithms.trajectory import LN2, gtpo_traj_advantage
 from gtpo_verl.plugin.config import ConfigBlock, ConfigError, choice, number, select, weight
-from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, EstimatorCall
+from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, EstimatorCall, entropy_moved_frac
 
 NAME = "gtpo_traj"  # algorithm.adv_estimator=gtpo_traj
 
@@ -174,6 +174,24 @@ def _metrics(call: EstimatorCall, counts, success, failure, real) -> dict[str, f
     }
 
 
+def _health(call: EstimatorCall, mask: torch.Tensor, real: torch.Tensor) -> dict[str, float]:
+    """The responses δ kept, the tokens the conflict mask reweights (λ ≠ 1, S12) among all valid tokens, and how
+    much δ and the regulariser move the advantage against the same step without them (δ off, γ = 0)."""
+    result = call.result
+    real = real.to(result.keep.device)
+    lengths = mask.sum(-1).to(torch.float64)
+    nonempty = real & (lengths > 0)
+    responses = int(nonempty.sum())
+    run_tokens = torch.minimum(lengths, (result.forward_run + result.backward_run).to(lengths))
+    tokens = float(lengths[nonempty].sum())
+    entropy_free = replace(call.block, entropy_filter_scope="none", gamma=0.0)
+    return {
+        "health/delta_kept_frac": float((result.keep & nonempty).sum()) / responses if responses else 1.0,
+        "health/conflict_token_frac": float(run_tokens[nonempty].sum()) / tokens if tokens else 0.0,
+        "health/entropy_moved_frac": entropy_moved_frac(call, mask, real, entropy_free),
+    }
+
+
 def _check(config, block: GTPOTrajConfig, warn) -> None:
     if bool(select(config, "actor_rollout_ref.actor.use_kl_loss", False)) or bool(
         select(config, "algorithm.use_kl_in_reward", False)
@@ -241,6 +259,7 @@ GTPO_TRAJ = Estimator(
     run=_run,
     outcome=lambda result: (result.raw_advantage > 0, result.raw_advantage < 0),
     metrics=_metrics,
+    health=_health,
     loss_agg_mode="seq-mean-token-mean",  # official README objective: (1/G) Σ_i 1/|o_i| Σ_t (spec A.6)
     check=_check,
     derive=_derive,

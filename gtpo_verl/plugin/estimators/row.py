@@ -5,7 +5,7 @@ No verl import: the device check and the offline audit read rows with torch alon
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 import torch
@@ -72,11 +72,36 @@ class Estimator:
     run: Callable[[Any, EstimatorBatch], Any]  # (block, batch) → the pure function's result
     outcome: Callable[[Any], tuple[torch.Tensor, torch.Tensor]]  # result → (success rows, failure rows)
     metrics: Callable[..., dict[str, float]]  # (call, counts, success, failure, real) → its own gtpo/* metrics
+    health: Callable[..., dict[str, float]]  # (call, mask, real) → its gtpo/health/* metrics (trainer/health.py)
     loss_agg_mode: str  # the aggregation its paper's objective is written for
     policy_loss: Optional[str] = None  # the policy loss it pairs with, if any
     check: Callable[[Any, Any, Callable[[str], None]], None] = lambda config, block, warn: None  # start-up checks, read-only
     derive: Callable[[Any, Any], dict[str, Any]] = lambda config, block: {}  # {dotted key: value} derive_config sets
     measures_initial_entropy: Callable[[Any], bool] = lambda block: False  # ⟨H⟩_ini measured on the first batch
+
+
+def entropy_moved_frac(call: EstimatorCall, mask: torch.Tensor, real: torch.Tensor, entropy_free: Any) -> float:
+    """Σ|A − A₀| / max(Σ|A|, Σ|A₀|) over the real rows' valid tokens, A₀ the same call's advantages under
+    ``entropy_free`` (a block, or a batch with the entropy made uninformative): how far the entropy terms move
+    the method's advantage from its entropy-free form, in [0, 2]; 1 when they zero it (δ filtering all); 0 with
+    no advantage at all."""
+    block = entropy_free if not isinstance(entropy_free, EstimatorBatch) else call.block
+    batch = entropy_free if isinstance(entropy_free, EstimatorBatch) else call.batch
+    from gtpo_verl.plugin.estimators import ESTIMATORS  # the table's run (the row imports this module)
+    from gtpo_verl.plugin.threads import one_cpu_thread
+
+    with torch.no_grad(), one_cpu_thread(mask):
+        free = ESTIMATORS[call.name].run(block, batch).advantages
+    width = mask.shape[-1]
+    valid = (mask > 0) & real[:, None]
+    shaped, free = call.result.advantages[:, :width].to(torch.float64), free[:, :width].to(torch.float64)
+    scale = max(float(torch.where(valid, shaped.abs(), 0.0).sum()), float(torch.where(valid, free.abs(), 0.0).sum()))
+    return float(torch.where(valid, (shaped - free).abs(), 0.0).sum()) / scale if scale else 0.0
+
+
+def flat_entropy(call: EstimatorCall) -> EstimatorBatch:
+    """The call's batch with every entropy 1: Paper B's shares become 1 per token (or per response)."""
+    return replace(call.batch, entropys=torch.ones_like(call.batch.entropys))
 
 
 def success_failure(result) -> tuple[torch.Tensor, torch.Tensor]:

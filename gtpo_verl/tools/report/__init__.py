@@ -9,7 +9,8 @@ From code (every demo calls it)::
 
 A RUN is verl's file-logger JSONL (``trainer.logger=[...,file]``), a run folder (its ``*.jsonl``
 are the run's attempts; ``.hydra/config.yaml``, ``validation/`` and ``*.log`` beside them are
-read too), or a folder of run folders. The page draws the panels of ``gtpo_verl/tools/panels.py``
+read too), or a folder of run folders. A run folder with audit dumps (its ``audit/`` or its
+``gtpo.audit.dir``) adds the ``gtpo-mechanism`` table of them. The page draws the panels of ``gtpo_verl/tools/panels.py``
 (the ones ``gtpo-dashboard`` saves to wandb) and every other logged metric, runs overlaid and
 seeds of one method (``<method>_seed<k>``) as their mean with a min–max band and thin per-seed
 lines; docs/report.md describes the page.
@@ -47,17 +48,34 @@ def load_runs(runs: RunsArg, validation: Optional[dict] = None) -> list[tuple[Ru
             add_series(run, samples.as_series(per_step))
         elif (validation or {}).get(run.name):
             raise ReportInputError(f"{dump_dir}: no such validation folder (trainer.validation_data_dir of run {run.name})")
+        warnings = context.metric_warnings(run)
         loaded.append((run, {
             "config": config,
             "config_path": str(config_path) if config_path else None,
-            "warnings": context.metric_warnings(run),
+            "warnings": warnings,
             "log_warnings": context.log_warnings(folder, run.notes),
+            "mechanism": mechanism_of(folder, config, warnings),
         }))
     names = [run.name for run, _ in loaded]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ReportInputError(f"two runs are named {duplicates[0]!r}: name them apart with NAME=PATH")
     return loaded
+
+
+def mechanism_of(folder: Optional[str], config: dict, warnings: list[str]) -> Optional[dict]:
+    """``gtpo-mechanism``'s report of the run folder's audit dumps (``tools/mechanism.py``), or None without
+    dumps; a dump it cannot read becomes one of the run's warnings."""
+    from gtpo_verl.tools import mechanism
+
+    audit_dir = mechanism.find_audit_dir(folder, config)
+    if audit_dir is None:
+        return None
+    try:
+        return mechanism.analyse_dir(audit_dir)
+    except (ValueError, OSError) as error:  # an AuditDumpError is a ValueError
+        warnings.append(f"the mechanism report of {audit_dir} is left out: {' '.join(str(error).split())}")
+        return None
 
 
 def write_report(runs: RunsArg, out_path: Union[str, os.PathLike], *, title: str = "gtpo_verl run report",
@@ -79,6 +97,7 @@ def write_report(runs: RunsArg, out_path: Union[str, os.PathLike], *, title: str
         [ctx["log_warnings"] for _, ctx in loaded],
         title,
         other_metrics,
+        mechanism=[(run.name, ctx["mechanism"]) for run, ctx in loaded if ctx["mechanism"]],
     )
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -109,15 +109,20 @@ def _turned_on(run: Run, metric: str) -> list[int]:
 def metric_warnings(run: Run) -> list[str]:
     """The warnings the trainer logged, recovered from the run's own flags (one per step a flag turned on)."""
     found = []
-    for flag, word in (("gtpo/entropy/collapse_warning", "rose to"), ("gtpo/entropy/fall_warning", "fell to")):
-        values = run.values.get(flag)
-        if values is None:
-            continue
-        ratio = run.values.get("gtpo/entropy/rise_ratio", np.full(len(run.steps), np.nan))
-        for index in np.flatnonzero(values >= 0.5).tolist():
-            found.append(f"step {run.steps[index]}: entropy watch ({flag}): mean old-policy entropy {word} "
-                         f"{ratio[index]:.3g}× its running baseline (thresholds: gtpo.entropy_warning.ratio, "
-                         f"gtpo.entropy_warning.fall_ratio)")
+    missing = np.full(len(run.steps), np.nan)
+    entropy, floor = run.values.get("gtpo/entropy/batch_mean", missing), run.values.get("gtpo/entropy/floor", missing)
+    ratio, streak = run.values.get("gtpo/entropy/rise_ratio", missing), run.values.get("gtpo/entropy/rise_steps", missing)
+    for index in np.flatnonzero(run.values.get("gtpo/entropy/collapse_warning", missing) >= 0.5).tolist():
+        head = f"step {run.steps[index]}: entropy watch (gtpo/entropy/collapse_warning): mean old-policy entropy "
+        if np.isfinite(floor[index]) and np.isfinite(entropy[index]) and floor[index] > 0:
+            found.append(f"{head}{entropy[index]:.3g}, {entropy[index] / floor[index]:.3g}× its lowest baseline, above "
+                         f"gtpo.entropy_warning.ratio for {streak[index]:.0f} steps in a row "
+                         f"(gtpo.entropy_warning.persist_steps)")
+        else:  # a run logged before the watch kept its floor: the ratio it logged, to its running baseline
+            found.append(f"{head}rose to {ratio[index]:.3g}× its running baseline (threshold: gtpo.entropy_warning.ratio)")
+    for index in np.flatnonzero(run.values.get("gtpo/entropy/fall_warning", missing) >= 0.5).tolist():
+        found.append(f"step {run.steps[index]}: entropy watch (gtpo/entropy/fall_warning): mean old-policy entropy fell "
+                     f"to {ratio[index]:.3g}× its running baseline (threshold: gtpo.entropy_warning.fall_ratio)")
     for check in HEALTH_CHECKS:
         flag = f"gtpo/health/{check.name}"
         watched = run.values.get(check.metric, np.full(len(run.steps), np.nan))

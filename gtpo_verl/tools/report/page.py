@@ -30,6 +30,7 @@ from gtpo_verl.tools.report.samples import PREFIX as SAMPLES_PREFIX
 LOGGED_VALIDATION = re.compile(r"^val-(?:core|aux)/(?P<src>.+)/(?:acc|reward|score)/mean@(?P<n>\d+)$")
 SAMPLE_METRIC = re.compile(r"^samples/(?P<src>.+)/(?P<stat>pass|maj)@(?P<k>\d+)$")
 HEALTH_SECTION = "algorithm health"
+MECHANISM_SECTION = "mechanism (audit dumps)"
 
 
 def asset(name: str) -> str:
@@ -109,6 +110,21 @@ def sections(runs: list[Run], other_metrics: bool = True) -> list[dict]:
     return [entry for entry in out.values() if entry["panels"] or entry["missing"]]
 
 
+def mechanism_section(mechanism: list[tuple[str, dict]]) -> dict:
+    """The ``gtpo-mechanism`` table (``tools/mechanism.table_rows``) of every run with audit dumps: one
+    column per run and dumped step."""
+    from gtpo_verl.tools.mechanism import table_rows
+
+    header, columns = ["quantity"], []
+    for name, report in mechanism:
+        header += [f"{name} · step {step['step']}" for step in report["steps"]]
+        columns.append(table_rows(report["steps"]))
+    rows = [[columns[0][i][0]] + [cell for table in columns for cell in table[i][1:]] for i in range(len(columns[0]))]
+    dirs = "; ".join(f"{name}: {report['dir']}" for name, report in mechanism)
+    return {"title": MECHANISM_SECTION, "panels": [], "missing": [],
+            "table": {"header": header, "rows": rows, "note": f"gtpo-mechanism DIR on each run's dumps ({dirs}); docs/report.md"}}
+
+
 def config_diff(configs: list[dict[str, str]]) -> dict:
     """Keys whose values differ between the runs that have a config (absent = ``—``)."""
     present = [c for c in configs if c]
@@ -139,12 +155,17 @@ def run_payload(run: Run, config: dict[str, str], config_path: Optional[str], wa
 
 
 def build_html(runs: list[Run], configs: list[tuple[dict, Optional[str]]], warnings: list[list[str]],
-               log_lines: list[list[str]], title: str, other_metrics: bool = True) -> str:
+               log_lines: list[list[str]], title: str, other_metrics: bool = True,
+               mechanism: Optional[list[tuple[str, dict]]] = None) -> str:
+    drawn = sections(runs, other_metrics)
+    if mechanism:  # after the shared panel list, before "every other metric"
+        at = next((i for i, entry in enumerate(drawn) if entry.get("other")), len(drawn))
+        drawn.insert(at, mechanism_section(mechanism))
     payload = {
         "title": title,
         "generated": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "version": gtpo_verl.__version__,
-        "sections": sections(runs, other_metrics),
+        "sections": drawn,
         "runs": [run_payload(run, cfg, path, warn, logs)
                  for run, (cfg, path), warn, logs in zip(runs, configs, warnings, log_lines)],
         "config_diff": config_diff([cfg for cfg, _ in configs]),

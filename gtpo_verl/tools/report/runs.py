@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - orjson comes with verl
     _loads = json.loads
     _DecodeError = (json.JSONDecodeError, UnicodeDecodeError)
 
-# "<method>_seed<k>" (the study's and the demos' run names) → group "<method>", seed k
+# "<method>_seed<k>" (the demos' run names) → group "<method>", seed k
 SEED_SUFFIX = re.compile(r"^(?P<group>.+?)[_\-. ]?seed[_\-]?(?P<seed>\d+)$", re.IGNORECASE)
 # what orjson / json give for a number, a boolean (0 / 1) and null
 NUMBER_TYPES = frozenset({int, float, bool, type(None)})
@@ -219,7 +219,7 @@ def read_run(paths: list[str], name: Optional[str] = None, folder: Optional[str]
 
 def run_name(path: str, folder: Optional[str]) -> str:
     """A folder's name, or a file's stem (``metrics.jsonl`` alone names nothing: its folder's name then);
-    a folder ``seed<k>`` is named with its parent, ``<method>/seed<k>`` → ``<method>_seed<k>`` (the study's layout)."""
+    a folder ``seed<k>`` is named with its parent, ``<method>/seed<k>`` → ``<method>_seed<k>`` (one folder per seed)."""
     where = Path(folder) if folder else Path(path).parent
     if folder or Path(path).stem == "metrics":
         return f"{where.parent.name}_{where.name}" if re.fullmatch(r"seed\d+", where.name) else where.name

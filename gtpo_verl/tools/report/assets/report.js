@@ -262,6 +262,16 @@
         add(row, "td", null, check.message);
       }
     }
+    if (section.table) {
+      const table = add(box, "table", "mechanism");
+      const tr = add(table, "tr");
+      for (const h of section.table.header) add(tr, "th", null, h);
+      for (const cells of section.table.rows) {
+        const row = add(table, "tr");
+        cells.forEach((cell, i) => add(row, "td", i ? "mono" : null, cell));
+      }
+      add(box, "p", "meta", section.table.note);
+    }
     if (section.missing.length) add(box, "p", "missing", "not logged by these runs: " + section.missing.join("; "));
     if (!section.other) enqueueSection(section, grid);
   }

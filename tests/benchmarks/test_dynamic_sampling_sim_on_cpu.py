@@ -1,5 +1,6 @@
-"""research/dynamic_sampling_sim.py: its decode model against closed forms, and verl's own sync
-ReplayBuffer, driven by it, returning a full batch of kept groups in each schedule."""
+"""benchmarks/dynamic_sampling_sim.py, the DAPO dynamic-sampling throughput model: its decode model
+against closed forms, and verl's own sync ReplayBuffer, driven by it, returning a full batch of kept
+groups in each schedule."""
 
 import importlib.util
 import sys
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from support.paths import REPO_ROOT
 
-SPEC = importlib.util.spec_from_file_location("dynamic_sampling_sim", REPO_ROOT / "research" / "dynamic_sampling_sim.py")
+SPEC = importlib.util.spec_from_file_location("dynamic_sampling_sim", REPO_ROOT / "benchmarks" / "dynamic_sampling_sim.py")
 sim = importlib.util.module_from_spec(SPEC)
 sys.modules[SPEC.name] = sim  # its dataclasses look their module up there
 SPEC.loader.exec_module(sim)

@@ -1,7 +1,12 @@
-"""Dynamic-sampling throughput model: verl 0.9.1's own sync ReplayBuffer driven by a generation latency model.
+"""DAPO dynamic-sampling throughput model: verl 0.9.1's own sync ReplayBuffer driven by a generation latency model.
 
-    python research/dynamic_sampling_sim.py              # the table of docs/performance.md
-    python research/dynamic_sampling_sim.py --steps 2    # quicker
+    python -m benchmarks.dynamic_sampling_sim              # the table of docs/performance.md
+    python -m benchmarks.dynamic_sampling_sim --steps 2    # quicker
+
+A model, not a measurement: it estimates how long DAPO's dynamic sampling (groups whose responses
+all score alike are evicted and refilled until a batch of mixed groups is kept) keeps a GPU
+cluster generating per training step under each generation schedule, at the DAPO recipes' sizes.
+Nothing in it ran on GPUs.
 
 What is real: ``verl.trainer.ppo.v1.replay_buffer.ReplayBuffer`` (sync mode, DAPO filtering on
 ``acc``, ``max_inflight_gen_batches=3``, ``gen_batch_size=1``), i.e. verl's eviction, its 2k refill

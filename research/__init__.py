@@ -1,3 +1,0 @@
-"""Research beside the lab (``python -m gtpo_verl.lab``): the seeded toy-scale study through the real
-trainer (``python -m research.study``, docs/results.md) and its exploration task, and the
-dynamic-sampling throughput model (``python research/dynamic_sampling_sim.py``, docs/performance.md)."""
