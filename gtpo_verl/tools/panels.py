@@ -33,7 +33,9 @@ SECTIONS: list[tuple[str, list[tuple[str, list[str]]]]] = [
     ]),
     ("entropy", [
         ("policy entropy (each run's loss_agg_mode)", ["actor/entropy"]),
-        ("token-mean old-policy entropy and its baseline (EMA)", ["gtpo/entropy/batch_mean", "gtpo/entropy/baseline"]),
+        ("token-mean old-policy entropy, its baseline (EMA) and floor", ["gtpo/entropy/batch_mean", "gtpo/entropy/baseline",
+                                                                          "gtpo/entropy/floor"]),
+        ("entropy watch: steps in a row above ratio × floor", ["gtpo/entropy/rise_steps"]),
         ("entropy watch: rise ratio", ["gtpo/entropy/rise_ratio"]),
         ("entropy watch: warned this step (1 = yes)", ["gtpo/entropy/collapse_warning", "gtpo/entropy/fall_warning"]),
         ("entropy watch: warnings", ["gtpo/entropy/warnings_total"]),
@@ -42,6 +44,11 @@ SECTIONS: list[tuple[str, list[tuple[str, list[str]]]]] = [
         ("a term does nothing (1 = past its threshold)", ["gtpo/health/delta_filtered", "gtpo/health/bonus_clipped",
                                                           "gtpo/health/all_equal_groups"]),
         ("groups with one reward for all responses", ["gtpo/health/all_equal_groups_frac"]),
+        ("advantage moved by the entropy (vs the method without it)", ["gtpo/health/entropy_moved_frac"]),
+        ("success tokens alone in their column (GTPO, column share)", ["gtpo/health/alone_in_column_frac"]),
+        ("zero advantages in mixed groups; δ-kept responses; conflict tokens",
+         ["gtpo/health/zero_advantage_frac", "gtpo/health/delta_kept_frac", "gtpo/health/conflict_token_frac"]),
+        ("no-op guard: steps in a row that trained nothing", ["gtpo/health/noop_steps"]),
     ]),
     ("shaping", [
         ("advantage by outcome", ["gtpo/adv/success/mean", "gtpo/adv/failure/mean"]),

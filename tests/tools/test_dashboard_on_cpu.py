@@ -5,7 +5,8 @@ The names come from tests/fixtures/cpu_run_metrics/*.jsonl, verl's file-logger o
 real CPU runs of ``python -m gtpo_verl.main --config-name gtpo_trainer_cpu`` (the CPU demo's tiny
 Qwen2 on a largest-digit task, 16 validation samples a prompt: DAPO_SEQ and GTPO_TRAJ, seed 0,
 2 steps at lr 1e-3; GTPO_TRAJ, seed 1, 20 steps of two mini-batches; DAPO_ENTROPY_ADV, seed 0,
-4 steps; DAPO_HIGH_ENTROPY, seeds 0 and 1, 2 steps), not from a list written by hand. Metrics a CPU run cannot produce
+4 steps; DAPO_HIGH_ENTROPY, seeds 0 and 1, 2 steps) and tests/fixtures/lm_run_metrics/*.jsonl (the real LM:
+a DAPO_TOKEN run of the study, GTPO_TRAJ stopped by gtpo.health), not from a list written by hand. Metrics a CPU run cannot produce
 (``dashboard.NOT_ON_CPU``: dynamic sampling, accelerator memory, the paper preset's gate) must
 at least be string literals in verl's or gtpo_verl's source.
 """
@@ -23,12 +24,15 @@ pytest.importorskip("wandb_workspaces", reason='the dashboard extra is not insta
 from gtpo_verl.tools import dashboard  # noqa: E402
 
 RUN_METRICS = str(FIXTURES / "cpu_run_metrics")
+# the real LM (SmolLM2-135M, docs/real_lm.md) through the same pipeline: a DAPO_TOKEN run of the study and
+# GTPO_TRAJ at δ = 0.7 stopped by gtpo.health, both logging every gtpo/health/* and entropy-watch metric
+LM_RUN_METRICS = str(FIXTURES / "lm_run_metrics")
 DATA_SOURCE, VAL_N = "gtpo_study/max_digit", 16  # the fixture runs' validation set
 
 
 def logged_names() -> set[str]:
     names = set()
-    for path in glob.glob(os.path.join(RUN_METRICS, "*.jsonl")):
+    for path in glob.glob(os.path.join(RUN_METRICS, "*.jsonl")) + glob.glob(os.path.join(LM_RUN_METRICS, "*.jsonl")):
         with open(path) as f:
             for line in f:
                 names.update(json.loads(line)["data"])

@@ -134,7 +134,7 @@ def alone_in_column_frac(call: EstimatorCall, mask: torch.Tensor, real: torch.Te
     tokens = float(success_mask.sum())
     if not tokens:
         return None
-    return float(((column_count[group_ids] == 1) & (success_mask > 0)).sum()) / tokens
+    return float((column_count == 1).sum()) / tokens  # a column counting 1 holds exactly one success token
 
 
 def _health(call: EstimatorCall, mask: torch.Tensor, real: torch.Tensor) -> dict[str, float]:

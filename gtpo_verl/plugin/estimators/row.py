@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from gtpo_verl.algorithms.groups import group_ids_from_uids
+from gtpo_verl.algorithms.groups import group_ids_from_uids, row_dot
 from gtpo_verl.plugin.extensions import missing_input_error
 
 
@@ -93,10 +93,15 @@ def entropy_moved_frac(call: EstimatorCall, mask: torch.Tensor, real: torch.Tens
     with torch.no_grad(), one_cpu_thread(mask):
         free = ESTIMATORS[call.name].run(block, batch).advantages
     width = mask.shape[-1]
-    valid = (mask > 0) & real[:, None]
-    shaped, free = call.result.advantages[:, :width].to(torch.float64), free[:, :width].to(torch.float64)
-    scale = max(float(torch.where(valid, shaped.abs(), 0.0).sum()), float(torch.where(valid, free.abs(), 0.0).sum()))
-    return float(torch.where(valid, (shaped - free).abs(), 0.0).sum()) / scale if scale else 0.0
+    weight = (mask > 0).to(torch.float32) * real[:, None].to(torch.float32)  # the real rows' valid tokens
+    shaped, free = call.result.advantages[:, :width].to(torch.float32), free[:, :width].to(torch.float32)
+
+    def total(values: torch.Tensor) -> float:  # per-row float32 dots, summed in float64
+        return float(row_dot(values.abs_(), weight).to(torch.float64).sum())
+
+    moved = total(shaped - free)
+    scale = max(total(shaped.clone()), total(free))
+    return moved / scale if scale else 0.0
 
 
 def flat_entropy(call: EstimatorCall) -> EstimatorBatch:
