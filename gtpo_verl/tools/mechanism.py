@@ -85,6 +85,13 @@ def checked_record(record: dict, path: str) -> dict:
     return record
 
 
+def estimator_names() -> tuple[str, str, str]:
+    """GTPO-token's, GRPO-S's and GTPO-trajectory's registered names, each read from its own module."""
+    from gtpo_verl.plugin.estimators import grpo_s, gtpo_token, gtpo_traj
+
+    return gtpo_token.NAME, grpo_s.NAME, gtpo_traj.NAME
+
+
 def run_estimators(record: dict) -> Mechanism:
     """Every table estimator's ``run`` on the dump's non-padding rows, in float64, each with its block of the
     dump's ``algorithm`` config; plus the masks of the report."""
@@ -96,6 +103,7 @@ def run_estimators(record: dict) -> Mechanism:
     from gtpo_verl.lab.entropy_profile import top_mask
     from gtpo_verl.plugin.estimators import ESTIMATORS, EstimatorBatch, EstimatorCall
 
+    token_name, _, trajectory_name = estimator_names()
     real = ~torch.as_tensor(record["is_padding"], dtype=torch.bool)
     mask = record["response_mask"][real].to(torch.int64)
     entropy = record["entropys"][real].to(torch.float64)
@@ -115,11 +123,11 @@ def run_estimators(record: dict) -> Mechanism:
             block = row.config.from_algorithm_config(algorithm)
             calls[name] = EstimatorCall(name, block, batch, row.run(block, batch))
     valid = mask > 0
-    token = calls["gtpo_token"].result
+    token = calls[token_name].result
     success_tokens = valid & token.success[:, None]
     # S18: b_{i,t} = H_{i,t} · d_t / Σ_{k∈O+_t} H_{k,t} on O+ (the kernel clamps H at 0)
     bonus = column_share(entropy.clamp_min(0.0), success_tokens.to(torch.float64), batch.group_ids, batch.num_groups)
-    traj = calls["gtpo_traj"].result
+    traj = calls[trajectory_name].result
     lengths = valid.sum(-1)
     # S12: λ_{i,t} ≠ 1 exactly on the forward and backward runs of a response with A_i ≠ 0
     weights = conflict_token_weights(traj.forward_run, traj.backward_run, lengths, traj.raw_advantage, mask.shape[-1],
@@ -139,7 +147,8 @@ def delta_shares(m: Mechanism, ratios: Sequence[float] = CANDIDATE_RATIOS) -> tu
     """(δ-filtered shares, the gate's state) from ``algorithm.gtpo_traj``'s call (S16)."""
     from gtpo_verl.algorithms.trajectory import LN2, entropy_filter
 
-    call = m.calls["gtpo_traj"]
+    _, _, trajectory_name = estimator_names()
+    call = m.calls[trajectory_name]
     result, block = call.result, call.block
     nonempty = m.batch.response_mask.sum(-1) > 0
     responses = int(nonempty.sum())
@@ -186,6 +195,7 @@ def mechanism_report(m: Mechanism, ratios: Sequence[float] = CANDIDATE_RATIOS) -
     from gtpo_verl.lab.entropy_profile import entropy_profile
     from gtpo_verl.trainer.health import method_health
 
+    token_name, sequence_name, trajectory_name = estimator_names()
     batch = m.batch
     mask, entropy, scores = batch.response_mask, batch.entropys, batch.sequence_scores
     valid = mask > 0
@@ -194,28 +204,28 @@ def mechanism_report(m: Mechanism, ratios: Sequence[float] = CANDIDATE_RATIOS) -
               for name, call in m.calls.items()}
     delta, gate = delta_shares(m, ratios)
 
-    token = m.calls["gtpo_token"].result
+    token = m.calls[token_name].result
     top_success = m.top_tokens & m.success_tokens
     bonus, h = m.bonus_share, entropy.clamp_min(0.0)
     success_rows = token.success
     gtpo_token = {
-        "entropy_share": m.calls["gtpo_token"].block.entropy_share,
-        "success_tokens_alone_in_column": health["gtpo_token"].get("alone_in_column_frac"),
+        "entropy_share": m.calls[token_name].block.entropy_share,
+        "success_tokens_alone_in_column": health[token_name].get("alone_in_column_frac"),
         "bonus_share_on_top20": _share(bonus[top_success].sum(), bonus[m.success_tokens].sum()),
         "token_share_top20_of_successes": _share(top_success.sum(), m.success_tokens.sum()),
         "entropy_share_on_top20_of_successes": _share(h[top_success].sum(), h[m.success_tokens].sum()),
         "successes_per_group": successes_per_group(batch.group_ids, batch.num_groups, success_rows),
-        "entropy_moved_frac": health["gtpo_token"].get("entropy_moved_frac"),
+        "entropy_moved_frac": health[token_name].get("entropy_moved_frac"),
     }
 
-    grpo_s = m.calls["grpo_s"].result
+    grpo_s = m.calls[sequence_name].result
     weights = grpo_s.success_share[grpo_s.success].to(torch.float64)
-    spread = {"successes": int(weights.numel()), "entropy_moved_frac": health["grpo_s"].get("entropy_moved_frac")}
+    spread = {"successes": int(weights.numel()), "entropy_moved_frac": health[sequence_name].get("entropy_moved_frac")}
     if weights.numel():
         spread.update({"min": float(weights.min()), "max": float(weights.max()), "std": float(weights.std(unbiased=False)),
                        "p10": float(torch.quantile(weights, 0.1)), "p90": float(torch.quantile(weights, 0.9))})
 
-    traj = m.calls["gtpo_traj"].result
+    traj = m.calls[trajectory_name].result
     active = traj.raw_advantage != 0
     active_tokens = valid & active[:, None]
     conflict = {
@@ -231,8 +241,8 @@ def mechanism_report(m: Mechanism, ratios: Sequence[float] = CANDIDATE_RATIOS) -
         "profile": entropy_profile(entropy.numpy(), mask.numpy()),
         "delta": delta,
         "gate": gate,
-        "gtpo_token": gtpo_token,
-        "grpo_s": spread,
+        token_name: gtpo_token,
+        sequence_name: spread,
         "conflict": conflict,
         "health": health,
     }
@@ -293,6 +303,7 @@ def _f(value: Any, digits: int = 3) -> str:
 
 def table_rows(steps: list[dict]) -> list[list[str]]:
     """``[label, value per step]`` rows: the terminal's table and the report page's."""
+    token_name, sequence_name, trajectory_name = estimator_names()
     rows: list[list[str]] = []
 
     def row(label: str, get, digits: int = 3):
@@ -314,17 +325,17 @@ def table_rows(steps: list[dict]) -> list[list[str]]:
         row(f"δ filters at {ratio}·⟨H⟩_ini", lambda s, r=ratio: s["delta"]["ratios"][r]["filtered"])
     row("⟨H⟩_ini gate on", lambda s: s["gate"]["ini_entropy_gate"])
     row("⟨H⟩_ini gate open (δ ≡ 1)", lambda s: s["gate"]["open"])
-    row("GTPO-token: success tokens alone in their column", lambda s: s["gtpo_token"]["success_tokens_alone_in_column"])
-    row("GTPO-token: bonus share on top-20 % tokens", lambda s: s["gtpo_token"]["bonus_share_on_top20"])
-    row("GTPO-token: token share of those tokens", lambda s: s["gtpo_token"]["token_share_top20_of_successes"])
-    row("GTPO-token: |A| moved by the entropy", lambda s: s["gtpo_token"]["entropy_moved_frac"], 4)
-    row("GRPO-S: successes", lambda s: s["grpo_s"]["successes"])
+    row("GTPO-token: success tokens alone in their column", lambda s: s[token_name]["success_tokens_alone_in_column"])
+    row("GTPO-token: bonus share on top-20 % tokens", lambda s: s[token_name]["bonus_share_on_top20"])
+    row("GTPO-token: token share of those tokens", lambda s: s[token_name]["token_share_top20_of_successes"])
+    row("GTPO-token: |A| moved by the entropy", lambda s: s[token_name]["entropy_moved_frac"], 4)
+    row("GRPO-S: successes", lambda s: s[sequence_name]["successes"])
     row("GRPO-S: weight min / max", lambda s: None)
-    rows[-1][1:] = [f"{_f(s['grpo_s'].get('min'), 2)} / {_f(s['grpo_s'].get('max'), 2)}" for s in steps]
-    row("GRPO-S: weight std", lambda s: s["grpo_s"].get("std"))
-    row("GRPO-S: |A| moved by the entropy", lambda s: s["grpo_s"]["entropy_moved_frac"], 4)
+    rows[-1][1:] = [f"{_f(s[sequence_name].get('min'), 2)} / {_f(s[sequence_name].get('max'), 2)}" for s in steps]
+    row("GRPO-S: weight std", lambda s: s[sequence_name].get("std"))
+    row("GRPO-S: |A| moved by the entropy", lambda s: s[sequence_name]["entropy_moved_frac"], 4)
     row("conflict runs: share of active responses' tokens", lambda s: s["conflict"]["token_share_in_runs"])
-    for name in ("gtpo_token", "grpo_s", "gtpo_traj"):
+    for name in (token_name, sequence_name, trajectory_name):
         row(f"{name}: zero advantages in mixed groups", lambda s, n=name: s["health"][n].get("zero_advantage_frac"))
     return rows
 

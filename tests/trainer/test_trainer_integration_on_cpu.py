@@ -109,6 +109,7 @@ def test_other_estimators_pass_through_untouched(transfer_queue):
     assert {k for k in metrics if k.startswith("gtpo/")} == {
         "gtpo/entropy/batch_mean", "gtpo/entropy/baseline", "gtpo/entropy/rise_ratio",
         "gtpo/entropy/collapse_warning", "gtpo/entropy/fall_warning", "gtpo/entropy/warnings_total",
+        "gtpo/entropy/floor", "gtpo/entropy/rise_steps",
         "gtpo/health/all_equal_groups_frac", "gtpo/health/all_equal_groups",
     }
     mask = direct["response_mask"].bool()
