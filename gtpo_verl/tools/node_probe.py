@@ -100,12 +100,7 @@ def _writable_folder(path: str) -> str | None:
     if probe != os.path.abspath(path):  # access() reports a read-only filesystem (EROFS) even to root
         return None if os.access(probe, os.W_OK | os.X_OK) else \
             f"{path} cannot be created: {probe} is read-only or not writable by uid {os.getuid()}"
-    try:
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".gtpo_preflight_"):
-            pass
-    except OSError as exc:
-        return f"{path}: {_error(exc)}"
-    return None
+    return _write_error(path)
 
 
 def _version(names) -> str | None:
@@ -119,6 +114,16 @@ def _version(names) -> str | None:
 
 def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
+
+def _write_error(path: str) -> str | None:
+    """Why a file cannot be written in the folder ``path`` (one is created and removed), or None."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".gtpo_preflight_"):
+            pass
+    except OSError as exc:
+        return f"{path}: {_error(exc)}"
+    return None
 
 
 def _readable(path: str, want_dir: bool | None = None) -> str | None:
@@ -144,12 +149,7 @@ def _checkpoint_folder(path: str) -> str | None:
     path = os.path.abspath(os.path.expanduser(path.removeprefix("file://")))
     if not os.path.isdir(path):
         return f"{path} does not exist here (the driver created it): not on a filesystem every node shares"
-    try:
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".gtpo_preflight_"):
-            pass
-    except OSError as exc:
-        return f"{path}: {_error(exc)}"
-    return None
+    return _write_error(path)
 
 
 def wandb_key_problem(key: str) -> str | None:
