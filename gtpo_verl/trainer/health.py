@@ -131,7 +131,9 @@ class NoopGuard:
     first_mean_entropy: Optional[float] = None  # ⟨H⟩ over the responses of the first step seen
     recent: list = field(default_factory=list)  # (δ-filtered share, zero-advantage share, ⟨H⟩_i of real rows) per step
 
-    def update(self, call, mask: torch.Tensor, real: torch.Tensor, initial_entropy: Optional[float] = None) -> dict[str, float]:
+    def update(self, call, mask: torch.Tensor, real: torch.Tensor, initial_entropy: Optional[float] = None,
+               health: Optional[dict] = None) -> dict[str, float]:
+        """One step; ``health`` is the step's ``method_health`` when the diagnostics computed it (not computed twice)."""
         result, real = call.result, real.cpu()
         nonempty = real & (mask.cpu().sum(-1) > 0)
         entropies = result.mean_entropy.cpu().to(torch.float64)[nonempty]
@@ -140,7 +142,8 @@ class NoopGuard:
         filtered = None
         if hasattr(result, "keep") and call.block.threshold(call.batch.initial_entropy) is not None:
             filtered = float((~result.keep.cpu() & nonempty).sum()) / max(1, int(nonempty.sum()))
-        zero = zero_advantage_frac(call, mask, real)
+        zero = (zero_advantage_frac(call, mask, real) if health is None
+                else health.get(PREFIX + "health/zero_advantage_frac"))  # absent there: no mixed group
         if filtered is None and zero is None:
             return {PREFIX + "health/noop_steps": float(self.streak)}
         noop = (filtered is not None and filtered >= self.share) or (zero is not None and zero >= self.share)

@@ -118,7 +118,8 @@ class GTPOTrainerMixin:
         if settings.diagnostics:
             metrics.update(self.gtpo_health.update(metrics))
         if call is not None and fields is not None:  # gtpo.health.on_noop: raises MethodSwitchedOffError to stop
-            metrics.update(self.gtpo_noop_guard.update(call, fields.mask, fields.real, self.gtpo_state.initial_entropy))
+            metrics.update(self.gtpo_noop_guard.update(call, fields.mask, fields.real, self.gtpo_state.initial_entropy,
+                                                       metrics if settings.diagnostics else None))
             if settings.gtpo.probe:  # the report, then ProbeFinished: no update, no checkpoint
                 run_probe(self, batch, call, fields.mask, fields.real, fields.entropy)
         return batch
