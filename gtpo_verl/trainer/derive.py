@@ -9,7 +9,10 @@ sets is logged. What it derives:
   except in the opt-in CPU mode (``trainer.device=cpu``, chosen, never detected);
 - the configured estimator's own values (its row's ``derive``, ``plugin/estimators/<name>.py``):
   ``gtpo_traj`` with ``entropy_reg_mode=differentiable`` sets ``actor_rollout_ref.actor.entropy_coeff
-  = −γ`` while it is 0 (docs/config.md).
+  = −γ`` while it is 0 (docs/config.md);
+- ``ray_kwargs.ray_init.runtime_env.env_vars``: a number or a boolean becomes its string (Ray takes
+  strings only). Hydra reads ``env_vars.X=1`` as the integer 1, and the quotes of ``X='1'`` do not
+  survive the shell that ``ray job submit`` runs the entrypoint in.
 """
 
 from __future__ import annotations
@@ -28,9 +31,27 @@ def derived_values(config: Any) -> dict[str, Any]:
     derived = {}
     if bool(select(config, "gtpo.probe", False)) and bool(select(config, "trainer.val_before_train", False)):
         derived["trainer.val_before_train"] = False  # the probe stops at step 1's advantages: no validation first
+    derived.update(string_env_vars(config))
     row = ESTIMATORS.get(str(select(config, "algorithm.adv_estimator", "")))
     if row is not None:
         derived.update(row.derive(config, row.config.from_config(config)))
+    return derived
+
+
+ENV_VARS_KEY = "ray_kwargs.ray_init.runtime_env.env_vars"
+
+
+def string_env_vars(config: Any) -> dict[str, str]:
+    """``{dotted key: string}`` for each worker environment variable Hydra typed as a number or a boolean."""
+    env_vars = select(config, ENV_VARS_KEY)
+    if env_vars is None or not hasattr(env_vars, "items"):
+        return {}
+    derived = {}
+    for name, value in env_vars.items():
+        if isinstance(value, bool):
+            derived[f"{ENV_VARS_KEY}.{name}"] = "true" if value else "false"  # as written on the command line
+        elif isinstance(value, (int, float)):
+            derived[f"{ENV_VARS_KEY}.{name}"] = str(value)
     return derived
 
 

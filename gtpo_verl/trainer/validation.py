@@ -16,7 +16,7 @@ import os
 import warnings
 from typing import Any
 
-from gtpo_verl.plugin.config import ConfigError, check_value, select
+from gtpo_verl.plugin.config import ConfigError, check_value, select, to_dict
 from gtpo_verl.plugin.estimators import ALGORITHM_BLOCKS, ESTIMATORS
 from gtpo_verl.plugin.losses import LOSS_AGG_MODE, LOSS_NAME
 from gtpo_verl.trainer.audit_dump import validate_audit_config
@@ -69,6 +69,7 @@ def validate_gtpo_config(config: Any) -> list[str]:
             f"`algorithm.adv_estimator={estimator}`: probe the recipe's gtpo_verl counterpart, or set gtpo.probe=false."
         )
     _check_reward_model_http(config)
+    _check_worker_env_vars(config)
     _check_resume_state(config)
 
     transforms = validate_adv_transforms(config)
@@ -262,11 +263,23 @@ def _check_resume_state(config: Any) -> None:
     )
 
 
+def _check_worker_env_vars(config: Any) -> None:
+    """Ray takes worker environment variables as strings: ``derive_config`` writes numbers and booleans as strings;
+    anything else (``null``, a list) is refused here."""
+    key = "ray_kwargs.ray_init.runtime_env.env_vars"
+    for name, value in to_dict(select(config, key), key).items():
+        if not isinstance(value, (str, int, float, bool)):
+            raise ConfigError(
+                f"{key}.{name}",
+                f"`{key}.{name}={value!r}`: Ray takes worker environment variables as strings only; give it a value "
+                f"(e.g. {key}.{name}=1) or drop the override.",
+            )
+
+
 def _check_reward_model_http(config: Any) -> None:
     """A generative reward model served by verl's vLLM over HTTP needs the API left open (plugin/vllm_auth.py)."""
     import os
 
-    from gtpo_verl.plugin.config import to_dict
     from gtpo_verl.plugin.vllm_auth import SWITCH
 
     generative = bool(select(config, "reward.reward_model.enable", False)) and select(
