@@ -188,4 +188,4 @@ def test_the_synthetic_collapse_delays(quiet_curves):
     assert sorted(ramp_delays(runs, 1.25, 10, 0.01)) == delays
     flagged_by_the_single_batch_rule = [sum(_reference_first_flag(ramp(c, s), 1.5, 1, False, after=200) is not None
                                             for c in quiet_curves) for s in (0.005, 0.01, 0.02)]
-    assert flagged_by_the_single_batch_rule == [29, 28, 43]  # docs/lab.md: 29–43 of 118
+    assert flagged_by_the_single_batch_rule == [29, 28, 43]  # docs/lab.md: 28–43 of 118
