@@ -112,7 +112,11 @@ def test_container_mounts_are_extended_with_the_checkout_and_the_token_folder(st
     (mounts,) = {option(options, "container-mounts") for options, _ in srun_commands(calls)} - {None}
     entries = mounts.split(",")
     assert entries[:2] == [parent, "/data:/mnt/data"] and f"{REPO_ROOT}:{REPO_ROOT}" not in entries
-    assert not [e for e in entries if "ray_auth" in e] and len(entries) == 4  # + the two node-local folders
+    local = env["NODE_LOCAL_DIR"]
+    # + the two node-local folders, unless the checkout's parent (e.g. /tmp for a clone in /tmp) holds them too
+    node_local = [f"{path}:{path}" for path in (f"{local}/gtpo_ray_4242", f"{local}/gtpo_verl_cache_{USER}")
+                  if not path.startswith(parent.rstrip("/") + "/")]
+    assert not [e for e in entries if "ray_auth" in e] and entries[2:] == node_local, entries
 
     # Apptainer binds the same list
     proc, calls, env, _ = run(stubs, tmp_path, APPTAINER_IMAGE="/shared/x.sif", CONTAINER_MOUNTS="/shared:/shared")
