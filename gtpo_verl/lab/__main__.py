@@ -62,7 +62,8 @@ def check_mechanism(parser, args) -> int:
     for task in [t.strip() for t in args.tasks.split(",") if t.strip()]:
         start = time.time()
         try:
-            result = mechanism_check(task, args.first_seed, LabSize(prompts=args.prompts, group=MECHANISM_GROUP))
+            result = mechanism_check(task, args.first_seed, LabSize(prompts=args.prompts, group=MECHANISM_GROUP,
+                                                                     warm_start_steps=args.warm_start_steps))
         except ValueError as err:  # a task without grammar roles
             fail(parser.prog, str(err))
         result["wall_s"] = round(time.time() - start, 1)
@@ -71,7 +72,8 @@ def check_mechanism(parser, args) -> int:
               f"{result['bonus_on_decisions']:.3f} against their token share {result['decision_token_share']:.3f}: "
               f"{result['ratio']:.2f}× (pre-registered ≥ {result['min_ratio']}×) → {'PASS' if result['passed'] else 'FAIL'} "
               f"({result['mixed_groups']}/{result['groups']} groups mixed, {result['wall_s']} s)")
-        print(f"  warm start: share > 0.7 nats {profile['share_above_0.7']:.3f} (target about {targets['share_above_0.7']}), "
+        print(f"  warm start ({result['warm_start_steps']} steps): share > 0.7 nats {profile['share_above_0.7']:.3f} "
+              f"(target about {targets['share_above_0.7']}), "
               f"median {profile['median']:.3f} (target well below {targets['median_below']}), pass rate {result['pass_rate']:.3f} "
               f"(target {targets['pass_rate'][0]}–{targets['pass_rate'][1]}), mean length {profile['mean_length']:.1f} "
               f"(target {targets['length'][0]}–{targets['length'][1]})")

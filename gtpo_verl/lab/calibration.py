@@ -27,7 +27,9 @@ import torch
 from gtpo_verl.lab.entropy_profile import DELTA_OFFICIAL, delta_filter, entropy_profile
 from gtpo_verl.lab.policy import TinyCausalLM, init_seed, score
 from gtpo_verl.lab.tasks import EOS_ID, ROLE_DECISION, ROLE_FORCED, ROLE_OFF, TASKS, VOCAB, PromptStream, Task, prompt_tensor
-from gtpo_verl.lab.train import SALT_PROMPTS, SALT_SAMPLER, LabSize, _rollout, gtpo_bonus_shares, policy_size, warm_start
+from gtpo_verl.lab.train import (
+    SALT_PROMPTS, SALT_SAMPLER, LabSize, _rollout, gtpo_bonus_shares, policy_size, warm_start, warm_start_steps,
+)
 
 ROLE_NAMES = {ROLE_DECISION: "decision", ROLE_FORCED: "forced", ROLE_OFF: "off_grammar"}
 MECHANISM_MIN_RATIO = 1.2
@@ -114,7 +116,8 @@ def decision_bonus_check(entropy: torch.Tensor, mask: torch.Tensor, acc: torch.T
 def mechanism_check(task_name: str, seed: int = 0, size: Optional[LabSize] = None, weights: Optional[dict] = None) -> dict:
     """The pre-registered mechanism check (module docstring) on ``seed``'s first batch after its warm start.
 
-    ``size`` defaults to the lab's sizes with ``MECHANISM_GROUP`` responses per prompt. Returns
+    ``size`` defaults to the lab's sizes with ``MECHANISM_GROUP`` responses per prompt (and the task's own
+    warm-start length, ``train.warm_start_steps``; ``warm_start_steps`` in the result is the one used). Returns
     ``decision_bonus_check``'s shares and verdict, the batch's entropy profile (``entropy_profile``),
     role profile, pass rate (``acc``) and ``PROFILE_TARGETS``.
     """
@@ -128,6 +131,7 @@ def mechanism_check(task_name: str, seed: int = 0, size: Optional[LabSize] = Non
     acc = torch.tensor([s.acc for s in scored])
     entropy64, mask64 = entropy.double().numpy(), mask.numpy()
     return {"task": task_name, "seed": seed, "prompts": size.prompts, "group": size.group,
+            "warm_start_steps": warm_start_steps(task, size) if weights is None else None,
             **decision_bonus_check(entropy, mask, acc, roles, size.group),
             "pass_rate": float(acc.mean()), "profile": entropy_profile(entropy64, mask64),
             "roles": role_profile(entropy64, mask64, roles.numpy()), "targets": PROFILE_TARGETS}

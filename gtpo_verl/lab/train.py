@@ -44,6 +44,8 @@ from gtpo_verl.plugin.estimators.gtpo_token import GTPO_TOKEN
 
 SALT_WARM_START, SALT_PROMPTS, SALT_SAMPLER, SALT_VALIDATION, SALT_GLOBAL = 1, 2, 3, 4, 5
 PASS_KS = (1, 2, 4, 8, 16)
+WARM_START_STEPS = 150
+"""The lab's shared warm-start length, for a task that does not set its own (``Task.warm_start_steps``)."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,9 @@ class LabSize:
     """Dynamic sampling: prompts in flight at most, in training batches (``algorithm.filter_groups.max_inflight_gen_batches``, the DAPO recipes' 3)."""
     stall_batches: int = 16
     """The lab's bound on one step's prompts, in training batches (verl has none: its step would never end)."""
-    warm_start_steps: int = 150
+    warm_start_steps: Optional[int] = None
+    """Set: every task's warm start takes this many steps. None: each task's own (``Task.warm_start_steps``),
+    else ``WARM_START_STEPS`` (``warm_start_steps``)."""
     warm_start_batch: int = 64
     warm_start_lr: float = 3e-3
     grad_clip: float = 1.0
@@ -78,13 +82,21 @@ def policy_size(task: Task, size: LabSize) -> PolicySize:
     return size.policy if size.policy.max_len >= context else dataclasses.replace(size.policy, max_len=context)
 
 
+def warm_start_steps(task: Task, size: LabSize) -> int:
+    """The warm start's length: ``size.warm_start_steps`` where set, else the task's own, else ``WARM_START_STEPS``."""
+    if size.warm_start_steps is not None:
+        return size.warm_start_steps
+    return task.warm_start_steps if task.warm_start_steps is not None else WARM_START_STEPS
+
+
 def warm_start(task: Task, seed: int, size: LabSize) -> dict:
-    """Weights after supervised learning on the task's noisy demonstrations (a state_dict; seeded)."""
+    """Weights after ``warm_start_steps(task, size)`` steps of supervised learning on the task's noisy
+    demonstrations (a state_dict; seeded)."""
     torch.manual_seed(init_seed(seed, SALT_WARM_START))
     rng = random.Random(init_seed(seed, SALT_WARM_START))
     model = TinyCausalLM(len(VOCAB), policy_size(task, size))
     optimizer = torch.optim.Adam(model.parameters(), lr=size.warm_start_lr, fused=True)
-    for _ in range(size.warm_start_steps):
+    for _ in range(warm_start_steps(task, size)):
         problems = [task.sample_problem(rng) for _ in range(size.warm_start_batch)]
         prompts = prompt_tensor(task, problems)
         demos = [task.demonstration(p, rng) for p in problems]

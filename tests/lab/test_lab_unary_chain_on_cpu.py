@@ -12,7 +12,7 @@ from gtpo_verl.lab.policy import PolicySize
 from gtpo_verl.lab.tasks import (
     EOS_ID, PAD_ID, ROLE_DECISION as D, ROLE_FORCED as F, ROLE_NONE as N, ROLE_OFF as O, TASKS, decode_response, encode,
 )
-from gtpo_verl.lab.train import LabSize, policy_size
+from gtpo_verl.lab.train import WARM_START_STEPS, LabSize, policy_size, warm_start, warm_start_steps
 
 CHAIN = TASKS["unary_chain"]
 EOS = "<eos>"
@@ -106,6 +106,53 @@ def test_only_unary_chain_widens_the_policys_context():
     assert all(policy_size(TASKS[name], size) == size.policy for name in ("digit_chain", "max_digit", "digit_sum"))
 
 
+def test_unary_chain_warm_starts_for_600_steps_the_other_tasks_for_the_shared_150():
+    assert WARM_START_STEPS == 150 and LabSize().warm_start_steps is None
+    assert warm_start_steps(CHAIN, LabSize()) == 600
+    assert all(warm_start_steps(TASKS[name], LabSize()) == 150 for name in ("digit_chain", "max_digit", "digit_sum"))
+    assert all(warm_start_steps(TASKS[name], LabSize(warm_start_steps=7)) == 7 for name in TASKS)  # set explicitly: it wins
+
+
+def test_the_warm_start_trains_for_the_tasks_own_length():
+    # a task's own length and the same length set in LabSize give the same weights (tiny lengths keep it fast)
+    short = dataclasses.replace(CHAIN, warm_start_steps=2)
+    own = warm_start(short, 0, LabSize(warm_start_batch=8))
+    explicit = warm_start(CHAIN, 0, LabSize(warm_start_steps=2, warm_start_batch=8))
+    overridden = warm_start(short, 0, LabSize(warm_start_steps=3, warm_start_batch=8))
+    assert all(torch.equal(own[k], explicit[k]) for k in own)
+    assert not all(torch.equal(own[k], overridden[k]) for k in own)
+
+
+def test_digit_chains_default_warm_start_is_the_old_150_steps():
+    # digit_chain sets no length of its own: the default gives the weights of an explicit 150 (the old default)
+    task = TASKS["digit_chain"]
+    default = warm_start(task, 0, LabSize(warm_start_batch=4))
+    explicit = warm_start(task, 0, LabSize(warm_start_steps=150, warm_start_batch=4))
+    assert all(torch.equal(default[k], explicit[k]) for k in default)
+
+
+def test_the_check_cli_warm_starts_for_the_tasks_length_at_group_16_unless_told(monkeypatch, tmp_path):
+    import gtpo_verl.lab.calibration as calibration
+    from gtpo_verl.lab.__main__ import main
+
+    sizes = []
+
+    def fake_check(task_name, seed, size):
+        sizes.append(size)
+        profile = {"share_above_0.7": 0.2, "median": 0.01, "mean_length": 30.0}
+        return {"task": task_name, "seed": seed, "prompts": size.prompts, "group": size.group,
+                "warm_start_steps": warm_start_steps(TASKS[task_name], size), "bonus_on_decisions": 0.6,
+                "decision_token_share": 0.3, "ratio": 2.0, "min_ratio": MECHANISM_MIN_RATIO, "passed": True,
+                "mixed_groups": 8, "groups": 8, "pass_rate": 0.4, "profile": profile, "targets": calibration.PROFILE_TARGETS}
+
+    monkeypatch.setattr(calibration, "mechanism_check", fake_check)
+    assert main(["--check-mechanism", "--tasks", "unary_chain", "--group", "4", "--out", str(tmp_path)]) == 0
+    assert main(["--check-mechanism", "--tasks", "unary_chain", "--warm-start-steps", "150", "--out", str(tmp_path)]) == 0
+    assert [s.group for s in sizes] == [16, 16]  # the pre-registered group, whatever --group says
+    assert [warm_start_steps(CHAIN, s) for s in sizes] == [600, 150]
+    assert (tmp_path / "mechanism_check_unary_chain_seed0.json").exists()
+
+
 # The check's arithmetic on one hand-built batch, group size 4. Group 0 (mixed: rows 0–1 succeed):
 #   column 0: D 2.0, D 1.0          → bonus 2·2/3, 2·1/3: 2 on decisions of d_0 = 2
 #   column 1: F 0.1, D 1.5          → 2·0.1/1.6 = 1/8 forced, 2·1.5/1.6 = 15/8 decision
@@ -140,7 +187,7 @@ def test_the_check_fails_where_decisions_share_their_columns_with_decisions_only
 def test_the_mechanism_check_runs_end_to_end_at_a_tiny_size():
     size = LabSize(prompts=2, group=4, warm_start_steps=2, warm_start_batch=8)
     result = mechanism_check("unary_chain", seed=0, size=size)
-    assert (result["prompts"], result["group"], result["profile"]["responses"]) == (2, 4, 8)
+    assert (result["prompts"], result["group"], result["profile"]["responses"], result["warm_start_steps"]) == (2, 4, 8, 2)
     assert result["profile"]["mean_length"] <= CHAIN.max_response_tokens
     assert {"bonus_on_decisions", "decision_token_share", "ratio", "passed", "pass_rate", "roles", "targets"} <= set(result)
     with pytest.raises(ValueError, match="no grammar roles"):
