@@ -10,6 +10,7 @@ the table and the figures, with verdicts by the fixed rule of ``gtpo_verl/lab/ve
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -78,11 +79,21 @@ def check_mechanism(parser, args) -> int:
               f"(target {targets['pass_rate'][0]}–{targets['pass_rate'][1]}), mean length {profile['mean_length']:.1f} "
               f"(target {targets['length'][0]}–{targets['length'][1]})")
         path = os.path.join(args.out, f"mechanism_check_{task}_seed{result['seed']}.json")
-        with open(path, "w") as handle:
-            json.dump(result, handle, indent=1)
+        with open(path, "w") as handle:  # strict JSON: a role absent from the batch has no mean (null), not NaN
+            json.dump(_nan_to_null(result), handle, indent=1, allow_nan=False)
         print(f"  → {path}")
         passed = passed and result["passed"]
     return 0 if passed else 1
+
+
+def _nan_to_null(value):
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _nan_to_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nan_to_null(item) for item in value]
+    return value
 
 
 if __name__ == "__main__":
