@@ -33,11 +33,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", default=DEFAULT_TASKS, help=f"comma-separated, from {sorted(TASKS)} (default {DEFAULT_TASKS})")
     p.add_argument("--prompts", type=positive_int, default=8, help="prompts per training batch")
     p.add_argument("--group", type=positive_int, default=8, help="responses per prompt (at least 2: the methods compare a group)")
+    p.add_argument("--warm-start-steps", type=positive_int,
+                   help="every task's warm-start length (default: each task's own, unary_chain 600; else 150)")
     p.add_argument("--workers", type=positive_int, default=min(2, os.cpu_count() or 1), help="processes (one torch thread each)")
     p.add_argument("--out", default="outputs/lab")
     p.add_argument("--no-figures", action="store_true")
     p.add_argument("--wall-s", type=float, help="with --from-runs: the study's measured wall time in seconds")
     p.add_argument("--label", default="", help="a description stored in results.json (e.g. what an interrupted study covers)")
+    p.add_argument("--check-mechanism", action="store_true",
+                   help="instead of a study: the pre-registered mechanism check of each --tasks task on seed --first-seed "
+                        "(its warm start, --warm-start-steps or the task's own; one batch of --prompts prompts × 16 responses; "
+                        "--group is not read) (docs/lab.md)")
     p.add_argument("--from-runs", metavar="JSONL", help="rebuild results.json, table and figures from a runs file (e.g. an interrupted study's runs.partial.jsonl)")
     return p
 
@@ -180,7 +186,7 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
     preset = QUICK if args.quick else DEFAULT
     seeds = list(range(args.first_seed, args.first_seed + (args.seeds or preset["seeds"])))
     size = LabSize(steps=args.steps or preset["steps"], eval_every=args.eval_every or preset["eval_every"],
-                   prompts=args.prompts, group=args.group)
+                   prompts=args.prompts, group=args.group, warm_start_steps=args.warm_start_steps)
     methods = resolve_methods(args.methods)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASKS]
@@ -231,8 +237,8 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
 def build_payload(runs, methods, tasks, seeds, size, wall_s, workers, quick=False) -> dict[str, Any]:
     """results.json's content: sizes, methods, every run (curves, validations, end state), verdicts."""
     from gtpo_verl.lab.policy import TinyCausalLM, parameter_count
-    from gtpo_verl.lab.tasks import VOCAB
-    from gtpo_verl.lab.train import size_dict
+    from gtpo_verl.lab.tasks import TASKS, VOCAB
+    from gtpo_verl.lab.train import policy_size, size_dict, warm_start_steps
     from gtpo_verl.lab.health import by_end_state, entropy_watch_calibration, monitor_replay, silent_terms
     from gtpo_verl.lab.verdicts import endpoints, verdicts
 
@@ -244,7 +250,11 @@ def build_payload(runs, methods, tasks, seeds, size, wall_s, workers, quick=Fals
         "schema": "gtpo_verl.lab/2",
         "quick": bool(quick),
         **({"smoke_run": "--quick: checks that every method runs end to end; not a study"} if quick else {}),
-        "sizes": {**size_dict(size), "vocab": len(VOCAB), "parameters": parameter_count(TinyCausalLM(len(VOCAB), size.policy))},
+        "sizes": {**size_dict(size), "vocab": len(VOCAB), "parameters": parameter_count(TinyCausalLM(len(VOCAB), size.policy)),
+                  # a task whose prompt and response outgrow size.policy's context gets a wider position table
+                  "parameters_by_task": {t: parameter_count(TinyCausalLM(len(VOCAB), policy_size(TASKS[t], size))) for t in tasks},
+                  # warm_start_steps above is None unless set for every task: each task's own length (Task.warm_start_steps)
+                  "warm_start_steps_by_task": {t: warm_start_steps(TASKS[t], size) for t in tasks}},
         "seeds": list(seeds),
         "tasks": list(tasks),
         "methods": [m.name for m in methods],

@@ -1,6 +1,6 @@
 """The lab's tasks over one small vocabulary.
 
-``digit_chain`` (the default study's task) has no free tokens: every response token is either a
+``digit_chain`` (the default study's task) and ``unary_chain`` have no free tokens: every response token is either a
 *decision* (the grammar allows several tokens there) or *forced* (the grammar allows exactly one),
 and ``token_roles`` says which, from the grammar alone:
 
@@ -9,6 +9,18 @@ and ``token_roles`` says which, from the grammar alone:
   four digits whether to go on or write ``=``. Forced: ``=`` after a fifth digit, the two digits of
   S (copied from the prompt) and ``<eos>``. Well formed = the grammar with the right copy of S;
   correct = well formed and the digits sum to S. Paper A's scale: 10 for well formed + 10 for correct.
+
+- ``unary_chain`` (Paper B's mechanism task): the prompt shows a target S in 18..38; the response
+  is a chain of digits in 1..9 summing to S, each digit d written in unary, followed by a forced
+  countdown of d − 1 letters (``3`` → ``3 b a``; ``a`` = 1 … ``h`` = 8), then ``= <eos>``: a
+  success is S + 2 tokens (20–40). Decisions: each digit, and after each countdown whether to go
+  on or write ``=``. Forced: the countdown letters and ``<eos>``. Because a digit's countdown is
+  as long as the digit, successes that chose different digits hold their later decisions at
+  different absolute positions, so a column of a group's successes mixes decisions and forced
+  tokens: Eq. S18's column share can move credit between them (in ``digit_chain`` it cannot:
+  decisions sit at the same positions in every success). Each forced token is set by the token
+  before it, so a one-block policy can learn it from the last token alone. Well formed = the
+  grammar; correct = well formed and the digits sum to S; Paper A's scale as for ``digit_chain``.
 
 The other two tasks are in Paper A's tag format, ``<reasoning>…</reasoning><answer>…</answer><eos>``,
 whose reasoning is 1–3 free filler letters: most of their entropy sits on tokens that decide
@@ -25,7 +37,8 @@ tiny policy finds).
 The warm start is supervised learning on noisy demonstrations: responses whose answer is right
 with probability ``demo_accuracy``, so the policy starts with pass@1 ≪ pass@16 (``digit_chain``'s
 demonstrations also miscopy each digit of S with probability ``copy_noise``, which sets how much
-entropy its forced tokens start with).
+entropy its forced tokens start with; ``unary_chain``'s wrong demonstrations are chains to a
+nearby wrong total, so ``=`` comes early or late).
 """
 
 from __future__ import annotations
@@ -98,6 +111,18 @@ class Task:
 
     name: str
     demo_accuracy: float
+    warm_start_steps: Optional[int] = None
+    """The task's own warm-start length in steps; None: the lab's shared one (``train.WARM_START_STEPS``).
+    A ``LabSize.warm_start_steps`` set explicitly (``--warm-start-steps``) overrides both (``train.warm_start_steps``)."""
+
+    @property
+    def max_response_tokens(self) -> int:
+        """The sampler's cap on a response (the policy's context holds the prompt and this many tokens)."""
+        return MAX_RESPONSE_TOKENS
+
+    def prompt_tokens(self) -> int:
+        """The length of every prompt of the task (fixed per task)."""
+        return len(self.prompt(self.sample_problem(random.Random(0))))
 
     def sample_problem(self, rng: random.Random) -> tuple[int, ...]:
         raise NotImplementedError
@@ -227,10 +252,103 @@ class DigitChain(Task):
         return torch.where(mask.bool(), roles, torch.full_like(roles, ROLE_NONE))
 
 
+_LETTER_VALUE = torch.zeros(len(VOCAB), dtype=torch.long)  # a countdown letter's value: a = 1 … h = 8; 0 for other tokens
+_LETTER_VALUE[[TOKEN_ID[c] for c in THOUGHT_LETTERS]] = torch.arange(1, len(THOUGHT_LETTERS) + 1)
+_DIGIT_VALUE = torch.full((len(VOCAB),), -1, dtype=torch.long)  # a digit token's value; -1 for other tokens
+_DIGIT_VALUE[_DIGIT_IDS] = torch.arange(10)
+
+
+def countdown(digit: int) -> list[str]:
+    """The forced letters after ``digit``: d − 1 letters counting down to ``a`` (``3`` → ``b a``, ``1`` → none)."""
+    return [THOUGHT_LETTERS[value - 1] for value in range(digit - 1, 0, -1)]
+
+
+def unary_chain_digits(text: str) -> Optional[list[int]]:
+    """The digits of a well-formed ``unary_chain`` response text (each digit then its countdown, then ``=``), else None."""
+    match = re.fullmatch(r"((?:[1-9][a-h]*)+)=", text)
+    if match is None:
+        return None
+    digits = []
+    for segment in re.findall(r"[1-9][a-h]*", match.group(1)):
+        digit = int(segment[0])
+        if segment[1:] != "".join(countdown(digit)):
+            return None
+        digits.append(digit)
+    return digits
+
+
+def _unary_decomposition(total: int, rng: random.Random) -> list[int]:
+    """Digits drawn one at a time, uniformly from 1..min(9, what is left), until they sum to ``total``."""
+    digits = []
+    while total > 0:
+        digits.append(rng.randint(1, min(9, total)))
+        total -= digits[-1]
+    return digits
+
+
+@dataclass(frozen=True)
+class UnaryChain(Task):
+    """Digits written in unary (each digit then a forced countdown), summing to S, then ``= <eos>`` (module docstring)."""
+
+    target_range: tuple[int, int] = (18, 38)
+    """S is drawn uniformly from this closed range: a success has S + 2 tokens."""
+    wrong_total_spread: int = 4
+    """A wrong demonstration's chain sums to a total within this distance of S (never S)."""
+
+    @property
+    def max_response_tokens(self) -> int:
+        return self.target_range[1] + 2  # the longest success: S digits-and-letters, "=", <eos>
+
+    def sample_problem(self, rng):
+        return (rng.randint(*self.target_range),)
+
+    def prompt(self, problem):
+        return encode([BOS, "sum", ":", *f"{problem[0]:02d}"])
+
+    def score(self, text, problem):
+        digits = unary_chain_digits(text)
+        correct = digits is not None and sum(digits) == problem[0]
+        return Scored(acc=float(correct),
+                      paper_a_score=(FORMAT_REWARD if digits is not None else 0.0) + (CORRECTNESS_REWARD if correct else 0.0),
+                      pred="".join(map(str, digits)) if digits is not None else None)
+
+    def demonstration(self, problem, rng):
+        total = problem[0]
+        if rng.random() >= self.demo_accuracy:  # a chain to a nearby wrong total: "=" early or late
+            low, high = max(1, total - self.wrong_total_spread), min(self.target_range[1], total + self.wrong_total_spread)
+            total = rng.choice([t for t in range(low, high + 1) if t != total])
+        tokens = [token for digit in _unary_decomposition(total, rng) for token in (str(digit), *countdown(digit))]
+        return encode([*tokens, EQUALS, EOS])
+
+    def token_roles(self, prompts, responses, mask):
+        """The grammar run over the batch, one position at a time (each state depends on the last; vectorised over rows)."""
+        batch, width = responses.shape
+        digit_value, letter_value = _DIGIT_VALUE[responses], _LETTER_VALUE[responses]
+        owed = torch.zeros(batch, dtype=torch.long)  # countdown letters still owed after the last digit
+        digits = torch.zeros(batch, dtype=torch.long)  # digits written ("=" needs one)
+        phase = torch.zeros(batch, dtype=torch.long)  # 0 the chain, 1 <eos> after "=", 2 ended, 3 off the grammar
+        roles = torch.zeros_like(responses)
+        equals_id = TOKEN_ID[EQUALS]
+        for t in range(width):
+            token = responses[:, t]
+            deciding = (phase == 0) & (owed == 0)
+            roles[:, t] = torch.where(phase == 3, ROLE_OFF, torch.where(deciding, ROLE_DECISION, ROLE_FORCED))
+            digit_ok = deciding & (digit_value[:, t] >= 1)
+            equals_ok = deciding & (token == equals_id) & (digits > 0)
+            letter_ok = (phase == 0) & (owed > 0) & (letter_value[:, t] == owed)
+            eos_ok = (phase == 1) & (token == EOS_ID)
+            owed = torch.where(digit_ok, digit_value[:, t] - 1, torch.where(letter_ok, owed - 1, owed))
+            digits = digits + digit_ok.long()
+            phase = torch.where(digit_ok | letter_ok, phase, torch.where(equals_ok | eos_ok, phase + 1, torch.full_like(phase, 3)))
+        return torch.where(mask.bool(), roles, torch.full_like(roles, ROLE_NONE))
+
+
 TASKS: dict[str, Task] = {
     "digit_chain": DigitChain(name="digit_chain", demo_accuracy=0.8, copy_noise=0.25),
     "max_digit": MaxDigit(name="max_digit", demo_accuracy=0.3),
     "digit_sum": DigitSum(name="digit_sum", demo_accuracy=0.25),
+    # 150 warm-start steps leave its pass rate at 0.055; 600 put it in 0.3–0.7 (docs/lab.md, "unary_chain")
+    "unary_chain": UnaryChain(name="unary_chain", demo_accuracy=0.7, warm_start_steps=600),
 }
 
 

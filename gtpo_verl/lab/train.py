@@ -21,6 +21,7 @@ fall of validation pass@1 is a change of the policy, never a fresh draw.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from dataclasses import asdict, dataclass
@@ -35,7 +36,7 @@ from gtpo_verl.lab.methods import Method
 from gtpo_verl.lab.policy import PolicySize, TinyCausalLM, init_seed, sample, score
 from gtpo_verl.lab.schedule import fill_training_batch
 from gtpo_verl.lab.tasks import (
-    EOS_ID, MAX_RESPONSE_TOKENS, PAD_ID, ROLE_DECISION, ROLE_FORCED, ROLE_OFF, VOCAB, PromptStream, Task, decode_response,
+    EOS_ID, PAD_ID, ROLE_DECISION, ROLE_FORCED, ROLE_OFF, VOCAB, PromptStream, Task, decode_response,
     prompt_tensor, validation_problems,
 )
 from gtpo_verl.lab.update import AdvantageStep, actor_config, policy_loss
@@ -43,6 +44,8 @@ from gtpo_verl.plugin.estimators.gtpo_token import GTPO_TOKEN
 
 SALT_WARM_START, SALT_PROMPTS, SALT_SAMPLER, SALT_VALIDATION, SALT_GLOBAL = 1, 2, 3, 4, 5
 PASS_KS = (1, 2, 4, 8, 16)
+WARM_START_STEPS = 150
+"""The lab's shared warm-start length, for a task that does not set its own (``Task.warm_start_steps``)."""
 
 
 @dataclass(frozen=True)
@@ -63,20 +66,37 @@ class LabSize:
     """Dynamic sampling: prompts in flight at most, in training batches (``algorithm.filter_groups.max_inflight_gen_batches``, the DAPO recipes' 3)."""
     stall_batches: int = 16
     """The lab's bound on one step's prompts, in training batches (verl has none: its step would never end)."""
-    warm_start_steps: int = 150
+    warm_start_steps: Optional[int] = None
+    """Set: every task's warm start takes this many steps. None: each task's own (``Task.warm_start_steps``),
+    else ``WARM_START_STEPS`` (``warm_start_steps``)."""
     warm_start_batch: int = 64
     warm_start_lr: float = 3e-3
     grad_clip: float = 1.0
     policy: PolicySize = PolicySize()
 
 
+def policy_size(task: Task, size: LabSize) -> PolicySize:
+    """``size.policy``, its context widened to the task's prompt and longest response where they do not fit
+    (``unary_chain``'s 45 tokens; the other tasks fit the default 32, so their policies are unchanged)."""
+    context = task.prompt_tokens() + task.max_response_tokens
+    return size.policy if size.policy.max_len >= context else dataclasses.replace(size.policy, max_len=context)
+
+
+def warm_start_steps(task: Task, size: LabSize) -> int:
+    """The warm start's length: ``size.warm_start_steps`` where set, else the task's own, else ``WARM_START_STEPS``."""
+    if size.warm_start_steps is not None:
+        return size.warm_start_steps
+    return task.warm_start_steps if task.warm_start_steps is not None else WARM_START_STEPS
+
+
 def warm_start(task: Task, seed: int, size: LabSize) -> dict:
-    """Weights after supervised learning on the task's noisy demonstrations (a state_dict; seeded)."""
+    """Weights after ``warm_start_steps(task, size)`` steps of supervised learning on the task's noisy
+    demonstrations (a state_dict; seeded)."""
     torch.manual_seed(init_seed(seed, SALT_WARM_START))
     rng = random.Random(init_seed(seed, SALT_WARM_START))
-    model = TinyCausalLM(len(VOCAB), size.policy)
+    model = TinyCausalLM(len(VOCAB), policy_size(task, size))
     optimizer = torch.optim.Adam(model.parameters(), lr=size.warm_start_lr, fused=True)
-    for _ in range(size.warm_start_steps):
+    for _ in range(warm_start_steps(task, size)):
         problems = [task.sample_problem(rng) for _ in range(size.warm_start_batch)]
         prompts = prompt_tensor(task, problems)
         demos = [task.demonstration(p, rng) for p in problems]
@@ -99,7 +119,7 @@ def _score(task: Task, response: tuple[int, ...], problem: tuple[int, ...]):
 
 def _rollout(model, task: Task, problems, group: int, temperature: float, generator):
     prompts = prompt_tensor(task, problems).repeat_interleave(group, dim=0)
-    responses, mask = sample(model, prompts, MAX_RESPONSE_TOKENS, EOS_ID, PAD_ID, temperature, generator)
+    responses, mask = sample(model, prompts, task.max_response_tokens, EOS_ID, PAD_ID, temperature, generator)
     scored = [_score(task, tuple(row), problems[i // group]) for i, row in enumerate(responses.tolist())]
     return prompts, responses, mask, scored
 
@@ -173,7 +193,7 @@ def train_run(
 ) -> dict:
     """Train one (method, task, seed); returns its curves, validations and sizes (results.json's ``runs`` entry)."""
     weights = initial_weights if initial_weights is not None else warm_start(task, seed, size)
-    model = TinyCausalLM(len(VOCAB), size.policy)
+    model = TinyCausalLM(len(VOCAB), policy_size(task, size))
     model.load_state_dict(weights)
     optimizer = torch.optim.Adam(model.parameters(), lr=size.lr, fused=True)
     stream = PromptStream(task, init_seed(seed, SALT_PROMPTS))

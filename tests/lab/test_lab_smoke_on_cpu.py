@@ -21,6 +21,8 @@ def test_tiny_lab_run_writes_the_results_schema(tmp_path):
     assert results["schema"] == "gtpo_verl.lab/2"
     assert results["methods"] == ["DAPO", "DAPO_TOKEN", "GTPO_TRAJ"] and results["seeds"] == [0, 1] and results["tasks"] == ["max_digit"]
     assert {"steps", "prompts", "group", "policy", "parameters"} <= set(results["sizes"])
+    # no --warm-start-steps: each task's own length, max_digit's the shared 150
+    assert results["sizes"]["warm_start_steps"] is None and results["sizes"]["warm_start_steps_by_task"] == {"max_digit": 150}
     assert len(results["runs"]) == 6
     for run in results["runs"]:
         for key in ("reward", "entropy", "length", "clipfrac", "all_equal_frac", "delta_filtered_frac", "bonus_clipped_frac"):

@@ -93,6 +93,7 @@ def _in_process(main, argv, capsys):
     (("--seeds", "0"), "--seeds"), (("--steps", "0"), "--steps"), (("--workers", "0"), "--workers"),
     (("--seeds", "abc"), "--seeds"), (("--methods", "NOPE"), "NOPE"), (("--methods", "DAPO,grpo+nope"), "nope"),
     (("--tasks", "nope"), "nope"), (("--group", "1"), "--group"), (("--bogus",), "--bogus"),
+    (("--warm-start-steps", "0"), "--warm-start-steps"),
     (("--from-runs", "/nonexistent/runs.jsonl"), "cannot be read"),
 ])
 def test_lab_flags(argv, words, capsys):
