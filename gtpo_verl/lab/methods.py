@@ -61,6 +61,7 @@ _COV_RATIO = 0.02
 _PAPER_A = dict(dynamic_sampling=False, mini_batches=1, loss_agg_mode="seq-mean-token-mean", reward="paper_a",
                 clip_ratio_high=0.2)
 _OFFICIAL = {"preset": "official"}  # Paper A's released code (docs/spec.md A.8): δ at 0.7 nats
+_PAPER = {"preset": "paper"}  # Paper A's text read literally (docs/spec.md): δ at ln 2 with the ⟨H⟩_ini gate, union λ, no divisor
 DELTA_RATIOS = (0.8, 1.0, 1.2)
 """δ scaled to the model, × ⟨H⟩_ini: Paper A leaves δ's relation to a model's entropy open."""
 TOKEN_ALPHA1 = (0.5,)
@@ -83,6 +84,7 @@ METHODS: dict[str, Method] = {
     m.name: m
     for m in (
         DAPO,
+        dataclasses.replace(DAPO, name="DAPO_TWIN", sampler_stream=1),
         dataclasses.replace(DAPO, name="DAPO_TOKEN", estimator=GTPO_TOKEN.name),
         *(_dapo_token_alpha(a) for a in TOKEN_ALPHA1),
         dataclasses.replace(DAPO, name="DAPO_SEQ", estimator=GRPO_S.name, loss_mode=GRPO_S.policy_loss,
@@ -94,6 +96,7 @@ METHODS: dict[str, Method] = {
         GRPO,
         dataclasses.replace(GRPO, name="GRPO_TWIN", sampler_stream=1),
         Method(name="GTPO_TRAJ", estimator=GTPO_TRAJ.name, algorithm={GTPO_TRAJ.name: _OFFICIAL}, **_PAPER_A),
+        Method(name="GTPO_TRAJ_PAPER", estimator=GTPO_TRAJ.name, algorithm={GTPO_TRAJ.name: _PAPER}, **_PAPER_A),
         *(_gtpo_traj_scaled(r) for r in DELTA_RATIOS),
     )
 }

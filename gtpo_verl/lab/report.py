@@ -76,10 +76,25 @@ def family_table(title: str, rows: list[dict], claim_column: bool, extra_columns
         first = (f"| {row['id']}: {row['claim']} | {row['task']} | {row['endpoint']} |" if claim_column
                  else f"| {row['method']} | {row['baseline']} | {row['task']} | {row['endpoint']} |")
         extra = "".join(f" {cell(row)} |" for _, cell in extra_columns)
-        lines.append(f"{first} {row['seeds']} | {row['test']} | {_fmt(row['mean_difference'])} [{_fmt(lo)}, {_fmt(hi)}] | "
+        seeds = f"{row['seeds']}" + (f" ({row['excluded_pairs']} excluded)" if row.get("excluded_pairs") else "")
+        lines.append(f"{first} {seeds} | {row['test']} | {_fmt(row['mean_difference'])} [{_fmt(lo)}, {_fmt(hi)}] | "
                      f"{_fmt(row['p'], 4)} | {_fmt(row['p_holm'], 4)} | {_fmt(row['smallest_p'], 4)} | "
                      f"{_fmt_power(row['seeds_needed_80pct_power'])} |{extra} **{row['verdict']}** |")
     return lines + [""]
+
+
+TWIN_COLUMNS = (("null twin", lambda row: row.get("twin") or "–"),
+                ("twin's mean diff (seeds)", lambda row: "–" if row.get("twin_mean_difference") is None
+                 else f"{_fmt(row['twin_mean_difference'])} ({row['twin_seeds']})"))
+
+
+def _excluded_lines(verdicts: dict[str, Any]) -> list[str]:
+    """Every primary pair left out of a claim's test, and why (never dropped in silence)."""
+    lines = [f"- {row['id']} ({row['task']}): seed {e['seed']} excluded, {e['reason']}"
+             for row in verdicts["primary"] for e in row.get("excluded", [])]
+    lines += [f"- {row['id']} ({row['task']}): seed {e['seed']} left out of the twin's effect, {e['reason']}"
+              for row in verdicts["primary"] for e in row.get("twin_excluded", [])]
+    return (["Excluded pairs:", "", *lines, ""]) if lines else []
 
 
 def markdown_table(payload: dict[str, Any]) -> str:
@@ -94,9 +109,10 @@ def markdown_table(payload: dict[str, Any]) -> str:
         by_key.setdefault(f"{run['task']}/{run['method']}", []).append(run)
     for task in sorted({r["task"] for r in payload["runs"]}):
         lines += [f"### {task}", "",
-                  "| method | seeds | pass@1 | pass@16 | entropy | H decision | H forced | length | drawdown | kept groups / step "
+                  "| method | seeds | pass@1 | pass@8 | pass@16 | entropy | H decision | H forced | length | peak H / H₀ | drawdown "
+                  "| drawdown after learning (learned seeds) | kept groups / step "
                   "| prompts / step | stalled steps | clipfrac | δ filtered | GTPO bonus on decisions (their token share) | end states |",
-                  "|---" * 16 + "|"]
+                  "|---" * 19 + "|"]
         for method in payload["methods"]:
             key = f"{task}/{method}"
             ends = verdicts["endpoints"].get(key, {})
@@ -118,18 +134,23 @@ def markdown_table(payload: dict[str, Any]) -> str:
             bonus = bonus if bonus == "–" else f"{bonus} ({run_mean('decision_share_of_success_tokens')})"
             states = ", ".join(f"{k} {v}" for k, v in sorted(verdicts["end_states"][key].items()))
             stalled = int(sum(e["stalled_steps"] for e in ends.values()))
-            lines.append(f"| {method} | {len(ends)} | {stat('pass@1')} | {stat('pass@16')} | {stat('entropy')} | {stat('entropy_decision')} | "
-                         f"{stat('entropy_forced')} | {stat('length', 2)} | {stat('drawdown')} | {run_mean('kept_groups', 2)} | "
+            learned = sum(e.get("drawdown_after_learning") is not None for e in ends.values())
+            lines.append(f"| {method} | {len(ends)} | {stat('pass@1')} | {stat('pass@8')} | {stat('pass@16')} | {stat('entropy')} | "
+                         f"{stat('entropy_decision')} | {stat('entropy_forced')} | {stat('length', 2)} | {stat('entropy_peak_ratio')} | "
+                         f"{stat('drawdown')} | {stat('drawdown_after_learning')} ({learned}) | {run_mean('kept_groups', 2)} | "
                          f"{run_mean('prompts_sampled', 1)} | {stalled} | {run_mean('clipfrac', 4)} | {run_mean('delta_filtered_frac')} | "
                          f"{bonus} | {states} |")
         lines.append("")
     lines += ["Mean ± sample std over seeds of each run's endpoint (entropy, H decision / forced and length: the last 50 steps, on the "
-              "responses to each step's first training batch, the same population for every method). Kept groups, prompts per step, "
+              "responses to each step's first training batch, the same population for every method; drawdown after learning: over "
+              "the seeds that reached P₀ + 0.1, their count in brackets). Kept groups, prompts per step, "
               "clipfrac, δ filtered and the GTPO bonus share are run means averaged over seeds; stalled steps are summed over seeds.", ""]
     lines += _calibration_lines(payload)
-    lines += family_table("### Verdicts: the papers' claims (one direction each, Holm over all of them)", verdicts["primary"], True)
+    lines += family_table("### Verdicts: the papers' claims (one direction each, Holm over all of them; scored only above the "
+                          "null twin's effect)", verdicts["primary"], True, TWIN_COLUMNS)
+    lines += _excluded_lines(verdicts)
     for name, title in (("sensitivity", "Sensitivity: the knobs the papers leave open"), ("context", "Context: vs DAPO"),
-                        ("null", "Null: GRPO against its twin on another sampler stream (identical methods)")):
+                        ("null", "Null: GRPO and DAPO each against its twin on another sampler stream (identical methods)")):
         lines += family_table(f"### {title} (two-sided, Holm within this family)", verdicts.get(name, []), False)
     health = payload.get("health")
     if health:

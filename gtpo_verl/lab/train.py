@@ -60,7 +60,9 @@ class LabSize:
     lr: float = 2e-4
     temperature: float = 1.0
     eval_every: int = 25
-    eval_prompts: int = 32
+    eval_prompts: int = 128
+    """The fixed validation set's prompts (× ``eval_samples``): pass@4 and pass@8, the endpoints below saturation,
+    are means over 128 prompts."""
     eval_samples: int = 16
     max_inflight_gen_batches: int = 3
     """Dynamic sampling: prompts in flight at most, in training batches (``algorithm.filter_groups.max_inflight_gen_batches``, the DAPO recipes' 3)."""

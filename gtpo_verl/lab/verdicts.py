@@ -1,19 +1,26 @@
 """End states and verdicts, by a rule fixed before the study runs.
 
-Endpoints of one run (``endpoints``):
+Endpoints of one run (``endpoints``), with H₀ the first step's entropy and P₀ the step-0 pass@1:
 
-- ``pass@1``, ``pass@16``: mean over the last ``ENDPOINT_EVALS`` validations (the last 75 steps
-  at the default spacing of 25), on the fixed validation set;
+- ``pass@1``, ``pass@4``, ``pass@8``, ``pass@16``: mean over the last ``ENDPOINT_EVALS`` validations
+  (the last 75 steps at the default spacing of 25), on the fixed validation set (unbiased pass@k from the
+  same 16 samples per prompt; a pass@k a study did not record is absent, and its pairs are excluded).
+  pass@4 and pass@8 stay below saturation where pass@16 does not;
 - ``entropy``, ``entropy_decision``, ``entropy_forced``, ``length``: means over the last
   ``ENDPOINT_STEPS`` training steps of the per-step values, each measured on the same population
   for every method (the responses to the step's first training batch, ``gtpo_verl/lab/train.py``);
-- ``drawdown``: the largest fall of validation pass@1 below its running maximum (steadiness). Every
-  validation of a run draws the same uniforms, so a policy that has not changed scores the same:
+- ``entropy_peak_ratio``: max over steps of H_t / H₀, Paper A's collapse as a continuous endpoint (a
+  flattening distribution drives it up; a run whose entropy only falls has 1);
+- ``drawdown_after_learning``: the largest fall of validation pass@1 below its running maximum, counted
+  only from the first validation where pass@1 ≥ P₀ + ``PARTIAL_GAIN`` (``learned_at_step``). A run that
+  never gets there has no value (None): a policy that does not learn is not "steady", it is excluded.
+  Every validation of a run draws the same uniforms, so a policy that has not changed scores the same:
   evaluation noise cannot make a drawdown (``train.validate``);
+- ``drawdown``: the same fall over the whole run (descriptive: a run that never learns has 0);
 - ``collapse``: 1 if the end state is ``collapsed-flat`` (Paper A's policy collapse), else 0;
 - ``trap``: 1 if the end state is ``trap``; an outcome of its own, never counted as Paper A's collapse.
 
-End state (``end_state``), first match wins, with H₀ the first step's entropy, P₀ the step-0 pass@1:
+End state (``end_state``), first match wins:
 
 1. ``collapsed-flat`` — Paper A's policy collapse: entropy ≥ ``FLAT_ENTROPY_RATIO``·H₀ and pass@1 < P₀
    (a flattening distribution, rising entropy, falling reward);
@@ -23,14 +30,29 @@ End state (``end_state``), first match wins, with H₀ the first step's entropy,
 4. ``partial`` — pass@1 ≥ P₀ + ``PARTIAL_GAIN``;
 5. ``flat`` — none of the above.
 
+Pairs. A comparison pairs the seeds on which both runs have the endpoint. A seed without a run or without
+a value (an endpoint of None or NaN: ``drawdown_after_learning`` of a run that never learned, a pass@k not
+recorded) is excluded, never dropped in silence: the row lists each excluded seed with its reason
+(``excluded``, ``excluded_pairs``); a row whose pairs are all excluded reads ``no pairs``.
+
 Families, each Holm-corrected on its own (per task rows pooled over the study's tasks):
 
 - ``primary`` (``PRIMARY_CLAIMS``): the papers' claims, method vs baseline on the same seeds, one
-  direction each: ``supported`` if Holm p < ``ALPHA`` and the mean paired difference has the claimed
-  sign, ``contradicted`` if Holm p < ``ALPHA`` with the opposite sign, else ``inconclusive``;
-- ``sensitivity`` (``SENSITIVITY``): the knobs the papers leave open (δ × ⟨H⟩_ini, GTPO's α₁);
+  direction each. Paper B: entropy, length and pass@8 higher under GTPO-token and GRPO-S than DAPO.
+  Paper A, on its paper preset (``GTPO_TRAJ_PAPER``) and with δ = ⟨H⟩_ini (``GTPO_TRAJ_D10``): a lower
+  ``entropy_peak_ratio`` (less collapse) and a smaller ``drawdown_after_learning`` (steadier) than GRPO.
+  The null-twin rule (``TWINS``): each claim's baseline has a twin, the same method on another sampler
+  stream (GRPO_TWIN for GRPO, DAPO_TWIN for DAPO), and the twin's effect (its mean paired difference
+  against the same baseline, on the same endpoint, over the claim's paired seeds where the twin has a value)
+  is computed beside the claim's. A claim is scored only where its effect exceeds the twin's in size,
+  |method − baseline| > |twin − baseline|: then ``supported`` if Holm p < ``ALPHA`` and the mean paired
+  difference has the claimed sign, ``contradicted`` if Holm p < ``ALPHA`` with the opposite sign, else
+  ``inconclusive``. A claim whose effect is not above its twin's reads ``not above the null twin`` (both
+  effects on the row), and one whose twin did not run reads ``no null twin``: neither is scored;
+- ``sensitivity`` (``SENSITIVITY``): the knobs the papers leave open (δ: official 0.7 nats and × ⟨H⟩_ini;
+  GTPO's α₁);
 - ``context`` (``CONTEXT_COMPARISONS``): the entropy baselines, Clip-Cov and KL-Cov vs DAPO;
-- ``null`` (``NULL_COMPARISONS``): GRPO against its twin on another sampler stream — identical
+- ``null`` (``NULL_COMPARISONS``): GRPO and DAPO each against its twin on every claim endpoint — identical
   methods, so every row should read ``no difference detected`` (at Holm's family-wise rate α).
 
 The last three are two-sided, reported as ``higher`` / ``lower`` / ``no difference detected``.
@@ -44,14 +66,16 @@ None where the observed effect is 0).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
 from gtpo_verl.lab.stats import (
-    bootstrap_mean_ci, holm, nonzero_differences, seeds_for_power, sign_test, smallest_exact_p, wilcoxon_signed_rank,
+    ZERO_TOLERANCE, bootstrap_mean_ci, holm, nonzero_differences, seeds_for_power, sign_test, smallest_exact_p,
+    wilcoxon_signed_rank,
 )
 
 ENDPOINT_EVALS = 4
@@ -60,10 +84,18 @@ FLAT_ENTROPY_RATIO = 1.25
 SOLVED_PASS1 = 0.9
 TRAP_GAP = 0.05
 PARTIAL_GAIN = 0.1
+LEARNED_TOLERANCE = 1e-9
+"""pass@1 ≥ P₀ + ``PARTIAL_GAIN`` − this counts as learned: 0.2 + 0.1 is 0.30000000000000004 in floating point."""
 ALPHA = 0.05
 BOOTSTRAP_SEED = 12345
 END_STATES = ("collapsed-flat", "solved", "trap", "partial", "flat")
 INDICATORS = ("collapse", "trap")
+PASS_K_ENDPOINTS = ("pass@1", "pass@4", "pass@8", "pass@16")
+TWINS = {"GRPO": "GRPO_TWIN", "DAPO": "DAPO_TWIN"}
+"""Each claim baseline's null twin: the same method on another sampler stream (``methods.py``)."""
+NO_VALUE = {"drawdown_after_learning": f"never reached P₀ + {PARTIAL_GAIN} pass@1",
+            **{k: "not recorded" for k in PASS_K_ENDPOINTS}}
+"""Why a run has no value of an endpoint (an excluded pair's reason); else ``no value``."""
 
 
 @dataclass(frozen=True)
@@ -83,22 +115,27 @@ PRIMARY_CLAIMS = (
     Claim("B-entropy-seq", "B", "entropy rises under GRPO-S vs DAPO", "DAPO_SEQ", "DAPO", "entropy", +1),
     Claim("B-length-token", "B", "response length rises under GTPO (token) vs DAPO", "DAPO_TOKEN", "DAPO", "length", +1),
     Claim("B-length-seq", "B", "response length rises under GRPO-S vs DAPO", "DAPO_SEQ", "DAPO", "length", +1),
-    Claim("B-pass16-token", "B", "pass@16 improves under GTPO (token) vs DAPO", "DAPO_TOKEN", "DAPO", "pass@16", +1),
-    Claim("B-pass16-seq", "B", "pass@16 improves under GRPO-S vs DAPO", "DAPO_SEQ", "DAPO", "pass@16", +1),
-    Claim("A-no-collapse", "A", "GTPO-trajectory (official δ) ends in Paper A's collapse less often than GRPO", "GTPO_TRAJ", "GRPO", "collapse", -1),
-    Claim("A-steadier", "A", "GTPO-trajectory (official δ) is steadier than GRPO (smaller pass@1 drawdown)", "GTPO_TRAJ", "GRPO", "drawdown", -1),
-    Claim("A-no-collapse-scaled", "A", "GTPO-trajectory (δ = ⟨H⟩_ini) ends in Paper A's collapse less often than GRPO", "GTPO_TRAJ_D10", "GRPO", "collapse", -1),
-    Claim("A-steadier-scaled", "A", "GTPO-trajectory (δ = ⟨H⟩_ini) is steadier than GRPO", "GTPO_TRAJ_D10", "GRPO", "drawdown", -1),
+    Claim("B-pass8-token", "B", "pass@8 (below saturation) improves under GTPO (token) vs DAPO", "DAPO_TOKEN", "DAPO", "pass@8", +1),
+    Claim("B-pass8-seq", "B", "pass@8 (below saturation) improves under GRPO-S vs DAPO", "DAPO_SEQ", "DAPO", "pass@8", +1),
+    Claim("A-no-collapse", "A", "GTPO-trajectory (paper preset) collapses less than GRPO (lower peak entropy ratio max H_t/H_0)",
+          "GTPO_TRAJ_PAPER", "GRPO", "entropy_peak_ratio", -1),
+    Claim("A-steadier", "A", "GTPO-trajectory (paper preset) is steadier than GRPO once learned (smaller pass@1 drawdown "
+          "after first reaching P_0 + 0.1)", "GTPO_TRAJ_PAPER", "GRPO", "drawdown_after_learning", -1),
+    Claim("A-no-collapse-scaled", "A", "GTPO-trajectory (δ = ⟨H⟩_ini) collapses less than GRPO (lower peak entropy ratio)",
+          "GTPO_TRAJ_D10", "GRPO", "entropy_peak_ratio", -1),
+    Claim("A-steadier-scaled", "A", "GTPO-trajectory (δ = ⟨H⟩_ini) is steadier than GRPO once learned", "GTPO_TRAJ_D10", "GRPO",
+          "drawdown_after_learning", -1),
 )
 SENSITIVITY = (
-    *((m, "GRPO", e) for m in ("GTPO_TRAJ_D08", "GTPO_TRAJ_D10", "GTPO_TRAJ_D12") for e in ("pass@1", "pass@16", "entropy")),
+    *((m, "GRPO", e) for m in ("GTPO_TRAJ", "GTPO_TRAJ_D08", "GTPO_TRAJ_D10", "GTPO_TRAJ_D12") for e in ("pass@1", "pass@16", "entropy")),
     *(("DAPO_TOKEN_A05", "DAPO", e) for e in ("entropy", "length", "pass@16")),
     *(("DAPO_TOKEN_A05", "DAPO_TOKEN", e) for e in ("entropy", "pass@16")),
 )
 CONTEXT_METHODS = ("DAPO_HIGH_ENTROPY", "DAPO_ENTROPY_ADV", "CLIP_COV", "KL_COV")
 CONTEXT_ENDPOINTS = ("pass@1", "pass@16", "entropy")
 CONTEXT_COMPARISONS = tuple((m, "DAPO", e) for m in CONTEXT_METHODS for e in CONTEXT_ENDPOINTS)
-NULL_COMPARISONS = tuple(("GRPO_TWIN", "GRPO", e) for e in ("pass@1", "pass@16", "entropy", "length", "drawdown", "collapse"))
+NULL_ENDPOINTS = ("pass@1", "pass@8", "pass@16", "entropy", "length", "entropy_peak_ratio", "drawdown_after_learning")
+NULL_COMPARISONS = tuple((twin, baseline, e) for baseline, twin in TWINS.items() for e in NULL_ENDPOINTS)
 TWO_SIDED_FAMILIES = {"sensitivity": SENSITIVITY, "context": CONTEXT_COMPARISONS, "null": NULL_COMPARISONS}
 
 
@@ -107,10 +144,34 @@ def _nanmean(values) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
+def _has_value(value) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
 def drawdown(values) -> float:
     """The largest fall of a series below its running maximum (0 for a series that never falls)."""
     values = np.asarray(values, dtype=np.float64)
     return float(np.max(np.maximum.accumulate(values) - values))
+
+
+def learned_index(pass1, p0: float) -> Optional[int]:
+    """The first validation whose pass@1 ≥ ``p0`` + ``PARTIAL_GAIN`` (``LEARNED_TOLERANCE``); None if none does."""
+    return next((i for i, p in enumerate(pass1) if p >= p0 + PARTIAL_GAIN - LEARNED_TOLERANCE), None)
+
+
+def drawdown_after_learning(pass1, p0: float) -> Optional[float]:
+    """The largest fall of pass@1 below its running maximum from ``learned_index`` on; None for a run that never learned.
+    (Every earlier value lies below the first learned one, so the running maximum needs no earlier point.)"""
+    first = learned_index(pass1, p0)
+    return None if first is None else drawdown(pass1[first:])
+
+
+def entropy_peak_ratio(entropy) -> Optional[float]:
+    """max_t H_t / H₀ over the finite per-step entropies, H₀ the first; None without a positive H₀."""
+    finite = [h for h in entropy if h is not None and h == h]
+    if not finite or not finite[0] > 0:
+        return None
+    return float(max(finite) / finite[0])
 
 
 def end_state(run: dict) -> str:
@@ -134,11 +195,14 @@ def endpoints(run: dict, with_state: bool = True) -> dict[str, Any]:
     last = run["validation"][-ENDPOINT_EVALS:]
     pass1 = [v["pass@1"] for v in run["validation"]]
     curves = run["curves"]
+    first = learned_index(pass1, pass1[0])
     out: dict[str, Any] = {
-        "pass@1": float(np.mean([v["pass@1"] for v in last])),
-        "pass@16": float(np.mean([v["pass@16"] for v in last])),
+        **{k: float(np.mean([v[k] for v in last])) for k in PASS_K_ENDPOINTS if all(k in v for v in last)},
         **{name: _nanmean(curves.get(name, [])[-ENDPOINT_STEPS:]) for name in ("entropy", "entropy_decision", "entropy_forced", "length")},
+        "entropy_peak_ratio": entropy_peak_ratio(curves.get("entropy", [])),
         "drawdown": drawdown(pass1),
+        "drawdown_after_learning": drawdown_after_learning(pass1, pass1[0]),
+        "learned_at_step": None if first is None else run["validation"][first].get("step", first),
         "kept_groups": _nanmean(curves.get("kept_groups", [])),
         "stalled_steps": float(np.nansum(curves.get("stalled", []))),
     }
@@ -149,11 +213,27 @@ def endpoints(run: dict, with_state: bool = True) -> dict[str, Any]:
     return out
 
 
-def _paired(table: dict, task: str, method: str, baseline: str, endpoint: str) -> tuple[list, np.ndarray]:
-    """The seeds both runs measured ``endpoint`` on, and the paired differences method − baseline."""
+def _missing(by_seed: dict, seed, endpoint: str) -> Optional[str]:
+    """Why ``seed`` has no ``endpoint`` value in ``by_seed`` (one method's ``{seed: endpoints}``), or None if it has one."""
+    if seed not in by_seed:
+        return "no run"
+    if not _has_value(by_seed[seed].get(endpoint)):
+        return NO_VALUE.get(endpoint, "no value")
+    return None
+
+
+def _paired(table: dict, task: str, method: str, baseline: str, endpoint: str, seeds=None) -> tuple[list, np.ndarray, list[dict]]:
+    """``(paired seeds, differences method − baseline, excluded)`` over ``seeds`` (default: every seed either ran):
+    a seed pairs when both runs have a value of ``endpoint``; each other seed is excluded with its reason."""
     a, b = table.get((task, method), {}), table.get((task, baseline), {})
-    seeds = sorted((s for s in set(a) & set(b) if endpoint in a[s] and endpoint in b[s]), key=_seed_order)
-    return seeds, np.array([a[s][endpoint] - b[s][endpoint] for s in seeds], dtype=np.float64)
+    paired, excluded = [], []
+    for seed in sorted(set(a) | set(b) if seeds is None else seeds, key=_seed_order):
+        why = [f"{name}: {reason}" for name, by_seed in ((method, a), (baseline, b)) if (reason := _missing(by_seed, seed, endpoint))]
+        if why:
+            excluded.append({"seed": seed, "reason": "; ".join(why)})
+        else:
+            paired.append(seed)
+    return paired, np.array([a[s][endpoint] - b[s][endpoint] for s in paired], dtype=np.float64), excluded
 
 
 def _seed_order(seed) -> tuple:
@@ -176,15 +256,19 @@ def endpoint_table(runs: list[dict]) -> dict:
 
 def paired_row(table: dict, task: str, method: str, baseline: str, endpoint: str) -> dict[str, Any] | None:
     """The paired comparison ``method − baseline`` on ``endpoint`` (``endpoint_table``'s form), tested by the
-    fixed rule; None when no seed has both. ``holm_family`` completes a family of such rows."""
-    seeds, d = _paired(table, task, method, baseline, endpoint)
-    if not seeds:
+    fixed rule; None when either method has no run on ``task``. The seeds excluded from the pairs are on the
+    row with their reasons (``excluded``); with none left the row has 0 seeds and p = 1. ``holm_family``
+    completes a family of such rows."""
+    if not table.get((task, method)) or not table.get((task, baseline)):
         return None
+    seeds, d, excluded = _paired(table, task, method, baseline, endpoint)
     test, p = _test(endpoint, d)
     nonzero = len(nonzero_differences(d))
     return {"task": task, "method": method, "baseline": baseline, "endpoint": endpoint, "seeds": len(seeds), "test": test, "p": p,
-            "sign_test_p": sign_test(d), "smallest_p": smallest_exact_p(nonzero), "mean_difference": float(d.mean()),
-            "ci95": list(bootstrap_mean_ci(d, seed=BOOTSTRAP_SEED)), "paired_seeds": list(seeds), "per_seed": [float(x) for x in d]}
+            "sign_test_p": sign_test(d), "smallest_p": smallest_exact_p(nonzero),
+            "mean_difference": float(d.mean()) if len(d) else float("nan"),
+            "ci95": list(bootstrap_mean_ci(d, seed=BOOTSTRAP_SEED)), "paired_seeds": list(seeds),
+            "excluded_pairs": len(excluded), "excluded": excluded, "per_seed": [float(x) for x in d]}
 
 
 def holm_family(family: list[dict]) -> None:
@@ -195,7 +279,8 @@ def holm_family(family: list[dict]) -> None:
     for row in family:
         differences = np.asarray(row.pop("per_seed"), dtype=np.float64)
         row["per_seed_difference"] = differences.round(6).tolist()
-        row["seeds_needed_80pct_power"] = seeds_for_power(differences, alpha=ALPHA, family_size=len(family))
+        row["seeds_needed_80pct_power"] = (seeds_for_power(differences, alpha=ALPHA, family_size=len(family))
+                                           if differences.size else None)
 
 
 def claim_verdict(p_holm: float, mean_difference: float, direction: int) -> str:
@@ -206,6 +291,23 @@ def claim_verdict(p_holm: float, mean_difference: float, direction: int) -> str:
     return "supported" if np.sign(mean_difference) == direction else "contradicted"
 
 
+def above_twin(mean_difference: float, twin_difference: Optional[float]) -> bool:
+    """The null-twin rule: the claim's effect exceeds its twin's in size (a tie, within ``ZERO_TOLERANCE``, does not)."""
+    if twin_difference is None or not _has_value(mean_difference) or not _has_value(twin_difference):
+        return False
+    return abs(mean_difference) > abs(twin_difference) + ZERO_TOLERANCE
+
+
+def twin_claim_verdict(p_holm: float, mean_difference: float, direction: int, twin_difference: Optional[float]) -> str:
+    """A primary claim's verdict under the null-twin rule (module docstring): ``no null twin`` without the twin's
+    effect, ``not above the null twin`` when the claim's effect is not larger in size, else ``claim_verdict``."""
+    if twin_difference is None or not _has_value(twin_difference):
+        return "no null twin"
+    if not above_twin(mean_difference, twin_difference):
+        return "not above the null twin"
+    return claim_verdict(p_holm, mean_difference, direction)
+
+
 def difference_verdict(p_holm: float, mean_difference: float) -> str:
     """A two-sided comparison's verdict: ``higher`` / ``lower`` when Holm p < ``ALPHA``, else ``no difference detected``."""
     if not p_holm < ALPHA:
@@ -213,12 +315,25 @@ def difference_verdict(p_holm: float, mean_difference: float) -> str:
     return "higher" if mean_difference > 0 else "lower"
 
 
+def twin_effect(table: dict, task: str, baseline: str, endpoint: str, seeds: list) -> dict[str, Any]:
+    """The baseline's null twin (``TWINS``) against the baseline on ``endpoint``, over ``seeds`` (a claim's paired
+    seeds) where the twin has a value: ``twin``, ``twin_mean_difference`` (None without the twin or a pair),
+    ``twin_seeds`` and ``twin_excluded``."""
+    twin = TWINS.get(baseline)
+    if twin is None or not table.get((task, twin)):
+        return {"twin": twin, "twin_mean_difference": None, "twin_seeds": 0, "twin_excluded": []}
+    paired, d, excluded = _paired(table, task, twin, baseline, endpoint, seeds=seeds)
+    return {"twin": twin, "twin_mean_difference": float(d.mean()) if len(d) else None, "twin_seeds": len(paired),
+            "twin_excluded": excluded}
+
+
 def score_claims(table: dict, tasks: list[str], claims) -> list[dict[str, Any]]:
     """Every claim (``Claim``) on every task both of its methods ran: the paired row, the seeds whose nonzero
-    difference has the claimed sign (and the opposite one), Holm over all rows, and ``claim_verdict``.
+    difference has the claimed sign (and the opposite one), the null twin's effect on the claim's seeds,
+    Holm over all rows, and ``twin_claim_verdict``.
 
     ``table`` is ``{(task, method): {seed: {endpoint: value}}}`` (``endpoint_table``'s form); a seed
-    pairs when both runs have the endpoint.
+    pairs when both runs have a value of the endpoint, and every other seed is listed as excluded.
     """
     rows = []
     for task in tasks:
@@ -227,10 +342,12 @@ def score_claims(table: dict, tasks: list[str], claims) -> list[dict[str, Any]]:
             if row is not None:
                 signed = nonzero_differences(row["per_seed"]) * claim.direction
                 rows.append({"id": claim.id, "paper": claim.paper, "claim": claim.text, "direction": claim.direction,
-                             **row, "seeds_as_claimed": int((signed > 0).sum()), "seeds_against": int((signed < 0).sum())})
+                             **row, "seeds_as_claimed": int((signed > 0).sum()), "seeds_against": int((signed < 0).sum()),
+                             **twin_effect(table, task, claim.baseline, claim.endpoint, row["paired_seeds"])})
     holm_family(rows)
     for row in rows:
-        row["verdict"] = claim_verdict(row["p_holm"], row["mean_difference"], row["direction"])
+        row["verdict"] = ("no pairs" if row["seeds"] == 0 else
+                          twin_claim_verdict(row["p_holm"], row["mean_difference"], row["direction"], row["twin_mean_difference"]))
     return rows
 
 
@@ -249,7 +366,7 @@ def verdicts(runs: list[dict]) -> dict[str, Any]:
     for family in families.values():
         holm_family(family)
         for row in family:
-            row["verdict"] = difference_verdict(row["p_holm"], row["mean_difference"])
+            row["verdict"] = "no pairs" if row["seeds"] == 0 else difference_verdict(row["p_holm"], row["mean_difference"])
     states = {f"{task}/{method}": dict(Counter(e["end_state"] for e in seeds.values())) for (task, method), seeds in sorted(table.items())}
     return {"rule": __doc__, "alpha": ALPHA, "primary": primary, **families, "end_states": states,
             "endpoints": {f"{t}/{m}": {str(s): e for s, e in seeds.items()} for (t, m), seeds in sorted(table.items())}}

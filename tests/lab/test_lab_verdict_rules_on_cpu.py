@@ -23,13 +23,12 @@ def test_a_trap_is_its_own_outcome_never_paper_as_collapse():
     runs += [_run("GTPO_TRAJ", s, 1.0, [0.2] * 4, 0.8) for s in range(10)]  # frozen: flat
     result = verdicts(runs)
     assert result["end_states"] == {"t/GRPO": {"trap": 10}, "t/GTPO_TRAJ": {"flat": 10}}
-    collapse = next(r for r in result["primary"] if r["id"] == "A-no-collapse")
-    assert collapse["mean_difference"] == 0.0 and collapse["verdict"] == "inconclusive"
     assert all(e["trap"] == 1.0 and e["collapse"] == 0.0 for e in result["endpoints"]["t/GRPO"].values())
     # Paper A's collapse (rising entropy, falling reward) is what the indicator counts
     runs[:10] = [_run("GRPO", s, 1.5, [0.1] * 4, 0.6) for s in range(10)]
-    collapse = next(r for r in verdicts(runs)["primary"] if r["id"] == "A-no-collapse")
-    assert collapse["mean_difference"] == -1.0 and collapse["verdict"] == "supported"
+    result = verdicts(runs)
+    assert result["end_states"]["t/GRPO"] == {"collapsed-flat": 10}
+    assert all(e["collapse"] == 1.0 and e["trap"] == 0.0 for e in result["endpoints"]["t/GRPO"].values())
 
 
 def test_identical_methods_come_out_no_difference_at_the_family_wise_rate():
@@ -41,9 +40,11 @@ def test_identical_methods_come_out_no_difference_at_the_family_wise_rate():
             for seed in range(10):
                 series = np.clip(rng.normal(0.4, 0.1, 4), 0, 1).tolist()
                 runs.append(_run(method, seed, float(rng.choice([0.9, 1.3])) * rng.uniform(0.9, 1.1), series, 0.9))
-        rows = verdicts(runs)["null"]
-        assert len(rows) == len(NULL_COMPARISONS)
-        flagged += any(r["verdict"] != "no difference detected" for r in rows)
+        rows = verdicts(runs)["null"]  # GRPO's twin rows (DAPO and its twin did not run)
+        assert len(rows) == sum(twin == "GRPO_TWIN" for twin, _, _ in NULL_COMPARISONS)
+        # pass@8 is not recorded by these runs: its row has no pairs (every seed excluded, "not recorded")
+        assert all(r["verdict"] == "no pairs" and r["excluded_pairs"] == 10 for r in rows if r["endpoint"] == "pass@8")
+        flagged += any(r["verdict"] in ("higher", "lower") for r in rows)
     # Holm holds the family-wise error at α; three binomial standard deviations of slack for 200 studies
     assert flagged / studies <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / studies)
 
