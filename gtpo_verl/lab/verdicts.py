@@ -9,8 +9,11 @@ Endpoints of one run (``endpoints``), with H₀ the first step's entropy and P�
 - ``entropy``, ``entropy_decision``, ``entropy_forced``, ``length``: means over the last
   ``ENDPOINT_STEPS`` training steps of the per-step values, each measured on the same population
   for every method (the responses to the step's first training batch, ``gtpo_verl/lab/train.py``);
-- ``entropy_peak_ratio``: max over steps of H_t / H₀, Paper A's collapse as a continuous endpoint (a
-  flattening distribution drives it up; a run whose entropy only falls has 1);
+- ``entropy_peak_ratio``: Paper A's collapse as a continuous endpoint: the largest mean of H_t over
+  ``PEAK_WINDOW`` consecutive steps, over the mean of the first ``PEAK_WINDOW`` (a flattening
+  distribution drives it up; a run whose entropy only falls has 1). Windows, not single steps: one
+  step's entropy is measured on one batch, and the maximum of hundreds of noisy batches would rise
+  with the run's length and its batch noise, not with a flattening policy;
 - ``drawdown_after_learning``: the largest fall of validation pass@1 below its running maximum, counted
   only from the first validation where pass@1 ≥ P₀ + ``PARTIAL_GAIN`` (``learned_at_step``). A run that
   never gets there has no value (None): a policy that does not learn is not "steady", it is excluded.
@@ -80,6 +83,7 @@ from gtpo_verl.lab.stats import (
 
 ENDPOINT_EVALS = 4
 ENDPOINT_STEPS = 50
+PEAK_WINDOW = 10
 FLAT_ENTROPY_RATIO = 1.25
 SOLVED_PASS1 = 0.9
 TRAP_GAP = 0.05
@@ -166,12 +170,17 @@ def drawdown_after_learning(pass1, p0: float) -> Optional[float]:
     return None if first is None else drawdown(pass1[first:])
 
 
-def entropy_peak_ratio(entropy) -> Optional[float]:
-    """max_t H_t / H₀ over the finite per-step entropies, H₀ the first; None without a positive H₀."""
-    finite = [h for h in entropy if h is not None and h == h]
-    if not finite or not finite[0] > 0:
+def entropy_peak_ratio(entropy, window: int = None) -> Optional[float]:
+    """The largest ``window``-step moving mean of the finite per-step entropies over the first one (module
+    docstring); ``window`` defaults to ``PEAK_WINDOW``, capped by the steps there are. None without a positive start."""
+    finite = np.array([h for h in entropy if h is not None and h == h], dtype=np.float64)
+    width = min(window or PEAK_WINDOW, len(finite))
+    if width == 0:
         return None
-    return float(max(finite) / finite[0])
+    moving = np.convolve(finite, np.full(width, 1.0 / width), mode="valid")
+    if not moving[0] > 0:
+        return None
+    return float(moving.max() / moving[0])
 
 
 def end_state(run: dict) -> str:

@@ -45,13 +45,21 @@ def test_a_run_that_never_learns_has_no_steadiness_value():
     assert e["drawdown"] == 0.0 and e["drawdown_after_learning"] is None
 
 
-def test_entropy_peak_ratio_is_the_largest_entropy_over_the_first():
-    # H0 = 1.0, largest finite value 1.5 (NaN steps skipped): 1.5
-    assert endpoints(_run("M", 0, [0.2], [1.0, 1.2, float("nan"), 1.5, 0.8]))["entropy_peak_ratio"] == pytest.approx(1.5)
-    # entropy that only falls: the peak is H0 itself, 1
-    assert endpoints(_run("M", 0, [0.2], [2.0, 1.0, 0.5]))["entropy_peak_ratio"] == pytest.approx(1.0)
-    # a leading NaN step: H0 is the first finite value, 0.8; peak 1.2 / 0.8 = 1.5
-    assert endpoints(_run("M", 0, [0.2], [float("nan"), 0.8, 1.2]))["entropy_peak_ratio"] == pytest.approx(1.5)
+def test_entropy_peak_ratio_is_the_largest_moving_mean_over_the_first():
+    from gtpo_verl.lab.verdicts import entropy_peak_ratio
+
+    # window 2 over 1.0, 1.2, (NaN skipped) 1.5, 0.8: means 1.1, 1.35, 1.15 -> 1.35 / 1.1
+    assert entropy_peak_ratio([1.0, 1.2, float("nan"), 1.5, 0.8], window=2) == pytest.approx(1.35 / 1.1)
+    # window 1 is the single-step maximum over the first finite step (a leading NaN skipped): 1.2 / 0.8
+    assert entropy_peak_ratio([float("nan"), 0.8, 1.2], window=1) == pytest.approx(1.5)
+    # entropy that only falls: the first window is the peak, 1
+    assert entropy_peak_ratio([2.0, 1.0, 0.5], window=2) == pytest.approx(1.0)
+    # one noisy batch at 2.0 in a flat run at 1.0 moves the windowed peak by a tenth, not to 2.0
+    assert entropy_peak_ratio([1.0] * 15 + [2.0] + [1.0] * 4, window=10) == pytest.approx(1.1)
+    # a sustained rise: the last 10 of 20 steps at 1.5 -> 1.5
+    assert entropy_peak_ratio([1.0] * 10 + [1.5] * 10, window=10) == pytest.approx(1.5)
+    # the run's endpoint uses PEAK_WINDOW (10), capped by the steps there are: 5 steps are one window -> 1
+    assert endpoints(_run("M", 0, [0.2], [1.0, 1.2, float("nan"), 1.5, 0.8]))["entropy_peak_ratio"] == pytest.approx(1.0)
 
 
 def test_pass_at_4_and_8_are_the_mean_of_the_last_four_validations_where_recorded():
