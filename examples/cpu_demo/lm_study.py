@@ -207,7 +207,7 @@ def endpoints(record: dict) -> dict:
     return out
 
 
-def train_one(arm: str, seed: int, steps: int, data_dir: str, work: str, cluster) -> dict | None:
+def train_one(arm: str, seed: int, steps: int, data_dir: str, work: str, cluster, actor_dtype: str = "bf16") -> dict | None:
     """One run; its record when it finished every step and validated, else None (nothing written)."""
     from run_demo import sample_memory
 
@@ -218,7 +218,7 @@ def train_one(arm: str, seed: int, steps: int, data_dir: str, work: str, cluster
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
     args = parse_args(["--seed", str(seed), "--steps", str(steps), "--val-n", str(VAL_SAMPLES),
-                       "--val-prompts", str(VAL_PROMPTS)])
+                       "--val-prompts", str(VAL_PROMPTS), "--actor-dtype", actor_dtype])
     overrides = lm_overrides(args, data_dir, arm, run_dir, knobs=list(ARMS[arm].knobs),
                              audit_steps=tuple(range(1, steps + 1))) + [
         f"hydra.run.dir={run_dir}", f"trainer.validation_data_dir={run_dir}/validation"]
@@ -236,6 +236,7 @@ def train_one(arm: str, seed: int, steps: int, data_dir: str, work: str, cluster
     logged = next((r[VAL_KEY] for r in read_metrics_file(metrics_path).rows() if VAL_KEY in r), None)
     record = {
         "arm": arm, "family": ARMS[arm].family, "seed": seed, "steps": steps, "task": TASK, "knobs": list(ARMS[arm].knobs),
+        "actor_dtype": actor_dtype,
         "overrides": overrides, "provenance": provenance(), "machine_start": start, "machine_end": end,
         "wall_s": round(wall, 1), "peak_memory_mib": {k: v for k, v in memory.items() if k == "_tree_total_pss"},
         "series": {key: [r.get(key) for r in rows] for key in SERIES},
@@ -433,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--score", action="store_true",
                         help="score the run files only: scores.json, scores.md and differences.png beside the runs folder")
     parser.add_argument("--shared-ray", action="store_true", help="every run joins one Ray head")
+    parser.add_argument("--actor-dtype", choices=("bf16", "fp32"), default="bf16",
+                        help="the FSDP actor's compute dtype; the registered study is bf16: an fp32 run is a precision "
+                             "check, written to its own --runs-dir")
     args = parser.parse_args(argv)
     arms = args.arms.split(",")
     unknown = [a for a in arms if a not in ARMS]
@@ -461,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"lm_study: {args.work}/STOP present; stopping before {arm} seed {seed}", flush=True)
                 break
             started = time.time()
-            record = train_one(arm, seed, args.steps, data_dir, args.work, cluster)
+            record = train_one(arm, seed, args.steps, data_dir, args.work, cluster, args.actor_dtype)
             if record is None:
                 failed += 1
                 continue

@@ -141,7 +141,8 @@ def test_a_stopped_study_resumes_where_it_stopped(study, tmp_path, monkeypatch):
     (runs_dir / "DAPO__seed0.json").write_text(json.dumps(_run("DAPO", 0, 0.5)))
     trained = []
 
-    def fake_train(arm, seed, steps, data_dir, work, cluster):  # stands in for the pipeline, which needs the model
+    def fake_train(arm, seed, steps, data_dir, work, cluster, actor_dtype):  # stands in for the pipeline (needs the model)
+        assert actor_dtype == "bf16"  # the registered study's actor
         trained.append((arm, seed))
         return None if (arm, seed) == ("DAPO_TOKEN", 1) else dict(_run(arm, seed, 0.5), steps=steps)
 
@@ -158,6 +159,12 @@ def test_a_stopped_study_resumes_where_it_stopped(study, tmp_path, monkeypatch):
                        "--work", str(tmp_path)]) == 0
     assert trained == [("DAPO_TOKEN", 1)]
     assert study.parse_seeds("0-2,5") == [0, 1, 2, 5]
+    # a precision check: the same arm with the float32 actor, into its own folder
+    dtypes = []
+    monkeypatch.setattr(study, "train_one", lambda arm, seed, *a: dtypes.append(a[-1]) or _run(arm, seed, 0.5))
+    assert study.main(["--arms", "DAPO_TOKEN", "--seeds", "0", "--runs-dir", str(tmp_path / "fp32"),
+                       "--work", str(tmp_path), "--actor-dtype", "fp32"]) == 0
+    assert dtypes == ["fp32"] and os.listdir(tmp_path / "fp32") == ["DAPO_TOKEN__seed0.json"]
 
 
 def test_a_stop_file_pauses_the_study_between_runs(study, tmp_path, monkeypatch):
