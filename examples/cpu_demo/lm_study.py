@@ -320,13 +320,19 @@ MECHANISM_KEYS = ("bonus_share_of_abs_advantage", "median_token_change", "bonus_
                   "token_share_top20_of_successes", "success_tokens_alone_in_column", "token_mean_entropy", "share_above_0.7")
 
 
+def _median(values) -> float | None:
+    """The median of the values that exist; None where none does (e.g. the column count under the row share)."""
+    present = [v for v in values if v is not None]
+    return float(np.median(present)) if present else None
+
+
 def mechanism_by_arm(runs: list[dict]) -> dict:
     """Per GTPO-token arm, each mechanism number's median over its runs of the run's median over steps."""
     out: dict = {}
     for arm in sorted({r["arm"] for r in runs if r.get("mechanism")}):
-        per_run = [{k: float(np.median([s[k] for s in r["mechanism"] if s.get(k) is not None])) for k in MECHANISM_KEYS}
+        per_run = [{k: _median(s.get(k) for s in r["mechanism"]) for k in MECHANISM_KEYS}
                    for r in runs if r["arm"] == arm and r.get("mechanism")]
-        out[arm] = {"runs": len(per_run), **{k: float(np.median([p[k] for p in per_run])) for k in MECHANISM_KEYS}}
+        out[arm] = {"runs": len(per_run), **{k: _median(p[k] for p in per_run) for k in MECHANISM_KEYS}}
     return out
 
 
@@ -374,9 +380,11 @@ def render(result: dict, mechanism: dict, machine: dict) -> str:
                   "| success tokens alone in their column | token-mean entropy | tokens above 0.7 nats |",
                   "|---|---|---|---|---|---|---|---|"]
         for arm, m in mechanism.items():
-            lines.append(f"| `{arm}` | {m['runs']} | {m['bonus_share_of_abs_advantage']:.2%} | {m['median_token_change']:.3%} | "
-                         f"{m['bonus_share_on_top20']:.1%} ({m['token_share_top20_of_successes']:.1%}) | "
-                         f"{m['success_tokens_alone_in_column']:.0%} | {m['token_mean_entropy']:.2f} | {m['share_above_0.7']:.0%} |")
+            share = lambda key, spec: "–" if m[key] is None else format(m[key], spec)  # noqa: E731
+            lines.append(f"| `{arm}` | {m['runs']} | {share('bonus_share_of_abs_advantage', '.2%')} | "
+                         f"{share('median_token_change', '.3%')} | {share('bonus_share_on_top20', '.1%')} "
+                         f"({share('token_share_top20_of_successes', '.1%')}) | {share('success_tokens_alone_in_column', '.0%')} | "
+                         f"{share('token_mean_entropy', '.2f')} | {share('share_above_0.7', '.0%')} |")
     return "\n".join(lines) + "\n"
 
 
