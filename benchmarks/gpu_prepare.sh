@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The wheels benchmarks/gpu_session.sh installs on a single-GPU machine with no network, whose image holds
-# Python 3.12, torch 2.11.0+cu130 and transformers 5.17 (the device tool's KINDS.md lists its packages).
+# Python 3.12, torch 2.11.0+cu130 and transformers 5.17 (the image's own packages are not downloaded again).
 # Run here, on a CPU machine with the network:
 #
 #   bash benchmarks/gpu_prepare.sh [--check-only] [DIR]      (DIR default: .whl, ignored by git)
@@ -17,7 +17,7 @@
 #    llm, data);
 # 4. prints each wheel's size and fails (exit 1, one line) when the wheels exceed GPU_WHEELS_LIMIT_MIB
 #    (default 60) or, with the repository's files that travel too (tracked and untracked-not-ignored), the
-#    device tool's 64 MiB (GPU_TRAVEL_LIMIT_MIB), or when one distribution has two wheels (pip would stop).
+#    64 MiB that travel to the GPU machine (GPU_TRAVEL_LIMIT_MIB), or when one distribution has two wheels (pip would stop).
 #
 # --check-only does step 4 alone on an existing DIR (no network). PYTHON=/path/to/python chooses the
 # interpreter that runs pip (default: .venv/bin/python, else python3).
@@ -122,7 +122,7 @@ if ! compgen -G "$DIR/*.whl" >/dev/null; then
   echo "gpu_prepare: no wheels in $DIR" >&2
   exit 1
 fi
-# inside the repository the folder must be ignored: it travels through `carry`, not with the tree
+# inside the repository the folder must be ignored: it travels beside the tree, not in it
 case "$(realpath -m "$DIR")/" in
   "$(pwd -P)"/*)
     if ! git check-ignore -q "$DIR/any.whl"; then
@@ -158,6 +158,6 @@ if [ "$total" -gt $((LIMIT_MIB * 1048576)) ]; then
   exit 1
 fi
 if [ "$travel" -gt $((TRAVEL_LIMIT_MIB * 1048576)) ]; then
-  echo "gpu_prepare: FAILED: wheels and repository take $(mib "$travel") MiB, above the device tool's $TRAVEL_LIMIT_MIB MiB" >&2
+  echo "gpu_prepare: FAILED: wheels and repository take $(mib "$travel") MiB, above the $TRAVEL_LIMIT_MIB MiB that travel to the GPU machine" >&2
   exit 1
 fi

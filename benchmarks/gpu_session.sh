@@ -12,7 +12,7 @@
 #    at most 200 s): bash benchmarks/gpu_check.sh.
 #
 # Each stage runs under its own `timeout`; a stage that fails or times out does not stop the next. OUT_DIR
-# gets eight files, the most the device tool brings back: session.md (stages, status, seconds, versions),
+# gets eight files (few, so that all of them come back from a remote machine): session.md (stages, status, seconds, versions),
 # session.log (everything printed), check_actor_device.{json,md}, check_device.{json,md},
 # bench_estimators.{json,md}. Exit status: 0 every stage passed, 1 a stage failed, 2 no usable GPU.
 #
@@ -72,7 +72,7 @@ stage() {  # NAME LIMIT_S COMMAND...: run it under timeout, note its status and 
 # shellcheck disable=SC2329  # invoked as `timeout 90 bash -c setup` (a function cannot be timed out in place)
 setup() {
   if [ "$DEVICE" != cpu ] && compgen -G ".whl/*.whl" >/dev/null; then
-    # the machine has no network: the wheels travel in .whl (carry) and go to a folder first on the path
+    # the machine has no network: the wheels travel in .whl beside the repository and go to a folder first on the path
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl || return 1
   elif [ "$DEVICE" != cpu ]; then
     echo "gpu_session: no wheels in .whl (run bash benchmarks/gpu_prepare.sh on a machine with the network)"

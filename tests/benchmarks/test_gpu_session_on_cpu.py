@@ -91,7 +91,7 @@ def test_gpu_prepare_counts_the_repository_that_travels_too(tmp_path):
     folder = _fake_wheels(tmp_path / "wheels", {"verl-0.9.1-py3-none-any.whl": 0.5})
     proc = _check_only(folder, GPU_TRAVEL_LIMIT_MIB="1")  # the tracked files alone take several MiB
     assert proc.returncode == 1
-    assert "above the device tool's 1 MiB" in proc.stderr
+    assert "above the 1 MiB that travel to the GPU machine" in proc.stderr
 
 
 def test_gpu_prepare_refuses_two_versions_of_one_distribution(tmp_path):
