@@ -170,10 +170,10 @@ def drawdown_after_learning(pass1, p0: float) -> Optional[float]:
     return None if first is None else drawdown(pass1[first:])
 
 
-def entropy_peak_ratio(entropy, window: int = None) -> Optional[float]:
+def entropy_peak_ratio(entropy, window: Optional[int] = None) -> Optional[float]:
     """The largest ``window``-step moving mean of the finite per-step entropies over the first one (module
     docstring); ``window`` defaults to ``PEAK_WINDOW``, capped by the steps there are. None without a positive start."""
-    finite = np.array([h for h in entropy if h is not None and h == h], dtype=np.float64)
+    finite = np.array([h for h in entropy if _has_value(h)], dtype=np.float64)
     width = min(window or PEAK_WINDOW, len(finite))
     if width == 0:
         return None

@@ -266,7 +266,8 @@ def _check_resume_state(config: Any) -> None:
 def _check_worker_env_vars(config: Any) -> None:
     """Ray takes worker environment variables as strings: ``derive_config`` writes numbers and booleans as strings;
     anything else (``null``, a list) is refused here."""
-    key = "ray_kwargs.ray_init.runtime_env.env_vars"
+    from gtpo_verl.trainer.derive import ENV_VARS_KEY as key
+
     for name, value in to_dict(select(config, key), key).items():
         if not isinstance(value, (str, int, float, bool)):
             raise ConfigError(
@@ -286,7 +287,9 @@ def _check_reward_model_http(config: Any) -> None:
         config, "reward.custom_reward_function.path") is not None
     if not generative or str(select(config, "reward.reward_model.rollout.name", "vllm")) != "vllm":
         return
-    env_vars = to_dict(select(config, "ray_kwargs.ray_init.runtime_env.env_vars"), "ray_kwargs.ray_init.runtime_env.env_vars")
+    from gtpo_verl.trainer.derive import ENV_VARS_KEY
+
+    env_vars = to_dict(select(config, ENV_VARS_KEY), ENV_VARS_KEY)
     if str(env_vars.get(SWITCH, os.environ.get(SWITCH, ""))).lower() == "off":
         return
     raise ConfigError(
@@ -294,7 +297,7 @@ def _check_reward_model_http(config: Any) -> None:
         "`reward.reward_model.enable=true` with a custom reward function: verl's reward loop calls the reward model's "
         "vLLM server at /v1/chat/completions without an API key, and gtpo_verl gives every vLLM server a key no one "
         f"holds (docs/reproduce.md, section 1). To serve it open on the node's address, set "
-        f"+ray_kwargs.ray_init.runtime_env.env_vars.{SWITCH}=off.",
+        f"+{ENV_VARS_KEY}.{SWITCH}=off.",
     )
 
 
