@@ -9,10 +9,7 @@ block is still one whole-tensor operation over its rows.
 
 from __future__ import annotations
 
-import ctypes
-import os
-import sys
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -28,51 +25,6 @@ CPU_BLOCK_ELEMENTS = 1 << 18
 # multi-threaded call splits the batch into at most this many blocks (few, large regions), with
 # CPU_BLOCK_ELEMENTS as the lower bound. Scratch buffers are then (B, T) / this each.
 PARALLEL_BLOCKS = 8
-
-
-# Transparent huge pages: a fresh (B, T) output of the CPU faults its pages in on first write, one
-# trap per 4 KiB page. Asking for 2 MiB pages before that write (madvise, honoured when the kernel's
-# THP mode is `madvise` or `always`) turns 8,192 faults per 32 MiB into 16. A large request can
-# instead stall while the kernel compacts memory into 2 MiB blocks (its `madvise` defrag mode does
-# that in the fault): measured on a 2-core VM, outputs of 32-256 MiB were filled 20-37 % faster
-# in huge pages, while 512-671 MiB ones took 1.4-4.8 s instead of 0.9-1.7 s in half the calls.
-# So only allocations up to HUGE_PAGE_MAX_BYTES are advised; GTPO_VERL_HUGE_PAGES=0 turns the
-# request off (docs/performance.md).
-HUGE_PAGE_BYTES = 2 << 20
-HUGE_PAGE_MAX_BYTES = 128 << 20
-_MADV_HUGEPAGE = 14  # linux/mman.h
-
-
-def _madvise():
-    """libc's ``madvise`` on Linux, else None (no huge-page request is made there, nor with GTPO_VERL_HUGE_PAGES=0)."""
-    if not sys.platform.startswith("linux") or os.environ.get("GTPO_VERL_HUGE_PAGES", "1") == "0":
-        return None
-    try:
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    madvise.restype = ctypes.c_int
-    return madvise
-
-
-_LIBC_MADVISE = _madvise()
-
-
-def fresh_output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``torch.empty(shape)`` for an estimator's output, in huge pages on a Linux CPU where it spans some
-    and is at most ``HUGE_PAGE_MAX_BYTES``.
-
-    Only the whole 2 MiB pages inside the allocation are advised, before anything touches them;
-    a failed request (THP off, a kernel without it) leaves ordinary pages and the same tensor.
-    """
-    out = torch.empty(shape, dtype=dtype, device=device)
-    if device.type == "cpu" and _LIBC_MADVISE is not None and out.numel() * out.element_size() <= HUGE_PAGE_MAX_BYTES:
-        start = -(-out.data_ptr() // HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES
-        stop = (out.data_ptr() + out.numel() * out.element_size()) // HUGE_PAGE_BYTES * HUGE_PAGE_BYTES
-        if stop > start:
-            _LIBC_MADVISE(start, stop - start, _MADV_HUGEPAGE)
-    return out
 
 
 def block_elements(numel: int, device: torch.device) -> int:
@@ -180,16 +132,19 @@ def masked_rows(
     entropy: torch.Tensor | None = None,
     log_epsilon: float | None = None,
     last_position: bool = False,
+    empty: Callable[..., torch.Tensor] = torch.empty,
 ) -> MaskedRows:
     """One blocked pass over ``response_mask`` ``(B, T)`` (and ``entropy``): the row facts of ``MaskedRows``.
 
     Entropies below 0 (floating-point rounding) count as 0; ``log_epsilon`` sums
     log(max(H, 0) + ε) instead (the geometric mean's log). Garbage at masked positions is ignored.
+    ``empty`` allocates the ``(B, T)`` output (``torch.empty``'s signature; the plugin passes its
+    huge-page allocator, ``plugin/memory.py``).
     """
     batch, width = response_mask.shape
     device = response_mask.device
     blocks = RowBlocks(response_mask, dtype)
-    out = fresh_output((batch, width), dtype, device)
+    out = empty((batch, width), dtype=dtype, device=device)
     counts = torch.empty(batch, dtype=dtype, device=device)
     entropy_sums = None if entropy is None else torch.empty(batch, dtype=dtype, device=device)
     last = torch.zeros(batch, dtype=dtype, device=device) if last_position else None

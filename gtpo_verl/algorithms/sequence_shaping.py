@@ -9,7 +9,7 @@ Notation: B responses, T response length, K groups; n = |O+|, m = |O−| in a gr
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -86,6 +86,7 @@ def grpo_s_advantage(
     uniform_outcome_groups: str = "keep",
     std_unbiased: bool = True,
     epsilon: float = 1e-6,
+    empty: Callable[..., torch.Tensor] = torch.empty,
 ) -> SequenceShaping:
     """Return GRPO-S advantages: mean-entropy-shaped sequence rewards, z-scored per group.
 
@@ -112,6 +113,8 @@ def grpo_s_advantage(
         group_ids: ``(B,)`` int64 in [0, K). Responses without valid tokens (V1 padding
         rows) are no group members and get 0.
         entropy: ``(B, T)`` old-policy token entropy.
+        empty: allocates the ``(B, T)`` output, with ``torch.empty``'s signature (the plugin
+            passes its huge-page allocator, ``plugin/memory.py``); a call option, not config.
 
     Returns:
         ``SequenceShaping``; ``advantages`` is Â_i on every valid token of response i.
@@ -121,7 +124,8 @@ def grpo_s_advantage(
     group_ids = group_ids.to(device)
     geometric_entropy = sequence_entropy == "geometric"
     # one blocked pass: the float mask goes straight into the output (scaled by Â_i at the end)
-    rows = masked_rows(response_mask, dtype, entropy=entropy, log_epsilon=epsilon if geometric_entropy else None)
+    rows = masked_rows(response_mask, dtype, entropy=entropy, log_epsilon=epsilon if geometric_entropy else None,
+                       empty=empty)
     out, counts, entropy_sums = rows.out, rows.counts, rows.entropy_sums
     member = counts > 0
     success = (sequence_scores.to(device) > success_threshold) & member

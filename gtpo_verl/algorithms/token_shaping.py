@@ -22,7 +22,7 @@ The estimator runs the fused form of the same equations, ``kernels/gtpo_token.py
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -191,11 +191,12 @@ def gtpo_token_advantage_reference(
     uniform_outcome_groups: str = "keep",
     std_unbiased: bool = True,
     epsilon: float = 1e-6,
+    empty: Callable[..., torch.Tensor] = torch.empty,
 ) -> torch.Tensor:
     """The readable twin of the fused ``gtpo_token_advantage``: same arguments, same advantages ``(B, T)``.
 
     Whole-tensor steps in the paper's order (several ``(B, T)`` temporaries; for tests and
-    reading, not for training).
+    reading, not for training). ``empty`` allocates the returned tensor, as in the fused form.
     """
     dtype = torch.promote_types(entropy.dtype, torch.float32)
     device = entropy.device
@@ -240,7 +241,7 @@ def gtpo_token_advantage_reference(
         keep_rows = ((successes > 0) & (successes < sizes))[group_ids]
     negative_branch = negative_shaping or variant == "unified_v6"
     return zscore_by_class_(
-        rewards,
+        empty(rewards.shape, dtype=dtype, device=device).copy_(rewards),  # z-scored in place: the returned tensor
         mask,
         counts,
         success,

@@ -15,7 +15,7 @@ take no part in conflicts.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -316,6 +316,7 @@ def gtpo_traj_advantage(
     initial_entropy: float | None = None,
     entropy_reg_mode: str = "advantage_offset",
     epsilon: float = 1e-6,
+    empty: Callable[..., torch.Tensor] = torch.empty,
 ) -> TrajectoryShaping:
     """Return GTPO-trajectory token advantages Ã_i · λ_{i,t} / n_conf(i) on valid tokens.
 
@@ -334,6 +335,8 @@ def gtpo_traj_advantage(
         entropy_reg_mode: ``advantage_offset`` (official: Ã = δ(A − γ⟨H⟩), a detached
             REINFORCE-style penalty) or ``differentiable`` (Ã = δA here; the actor adds the
             analytic −γ ∇H term, S17 read as a loss term).
+        empty: allocates the ``(B, T)`` output, with ``torch.empty``'s signature (the plugin
+            passes its huge-page allocator, ``plugin/memory.py``); a call option, not config.
 
     NOTE: λ signs come from the raw A_i, even where Ã_i flips sign (0 < A_i < γ⟨H⟩_i), as in
     the official code. All-equal groups are not skipped: λ ≡ 1, Ã = −δγ⟨H⟩ (golden A4).
@@ -345,7 +348,7 @@ def gtpo_traj_advantage(
     batch, width = response_mask.shape
     # one blocked pass: the float mask goes straight into the output (scaled by the per-response
     # coefficient at the end); the backward run is anchored at each row's last valid token
-    rows = masked_rows(response_mask, dtype, entropy=entropy, last_position=True)
+    rows = masked_rows(response_mask, dtype, entropy=entropy, last_position=True, empty=empty)
     advantages, counts, entropy_sums, last_position = rows.out, rows.counts, rows.entropy_sums, rows.last_position
     lengths = last_position.to(torch.int64) if width else counts.long()
     member = counts > 0

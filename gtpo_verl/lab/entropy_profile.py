@@ -7,7 +7,8 @@ their mean. In float64 numpy over ``(B, T)`` arrays with a 0/1 mask:
   tokens; the share of valid tokens with H > 0.7; per response, the share of Σ_t H_{i,t} held by
   its top ⌈0.1·|o_i|⌉ and ⌈0.2·|o_i|⌉ tokens by entropy, averaged over responses with Σ_t H > 0.
 - ``delta_filter``: Paper A's δ (S16, official reading δ_i = 1[⟨H⟩_i ≤ δ]): the share of responses
-  with ⟨H⟩_i > δ, for δ = 0.7, ln 2, and 1.5·⟨H⟩_ini with ⟨H⟩_ini the batch mean of ⟨H⟩_i.
+  with ⟨H⟩_i > δ, for δ = 0.7, ln 2, and 1.5·⟨H⟩_ini with ⟨H⟩_ini the mean of ⟨H⟩_i over the batch's
+  non-empty responses, as the trainer measures it (``algorithms.trajectory.initial_entropy``).
 
 ``examples/cpu_demo/lm_mechanism.py`` (docs/real_lm.md) and the lab's calibration table
 (docs/lab.md) both import them.
@@ -73,9 +74,14 @@ def entropy_profile(entropy: np.ndarray, mask: np.ndarray) -> dict:
 
 
 def delta_filter(entropy: np.ndarray, mask: np.ndarray) -> dict:
-    """Share of responses δ removes (⟨H⟩_i > δ) at 0.7, ln 2 and 1.5·⟨H⟩_ini."""
+    """Share of responses δ removes (⟨H⟩_i > δ) at 0.7, ln 2 and 1.5·⟨H⟩_ini (the trainer's ⟨H⟩_ini, in float64)."""
+    import torch
+
+    from gtpo_verl.algorithms.trajectory import initial_entropy
+
     per_response = mean_entropy(entropy, mask)
-    initial = float(per_response.mean())
+    initial = initial_entropy(torch.from_numpy(np.asarray(mask)),
+                              entropy=torch.from_numpy(np.asarray(entropy, dtype=np.float64)))
     out = {"initial_entropy": initial, "scaled_threshold": SCALED_FACTOR * initial}
     for name, threshold in (("0.7", DELTA_OFFICIAL), ("ln2", math.log(2)), ("scaled", SCALED_FACTOR * initial)):
         out[f"filtered_at_{name}"] = float((per_response > threshold).mean())

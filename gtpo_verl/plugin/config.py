@@ -59,6 +59,27 @@ def to_dict(block: Any, key: str = "config block") -> dict[str, Any]:
     )
 
 
+_SCALARS = (str, bool, int, float, type(None))
+
+
+def content_key(values: Any) -> Optional[tuple]:
+    """A hashable key of a plain config value (``to_dict``'s output), equal only for identical values (same
+    keys, types and bits), or None when a leaf is not a YAML scalar (such a value is never cached).
+
+    Every scalar carries its type: ``1``, ``1.0`` and ``True`` are equal in Python but not to a typed field;
+    a float is keyed by its bits (``float.hex``: ``-0.0`` is not ``0.0``).
+    """
+    if isinstance(values, dict):
+        items = [(key, content_key(value)) for key, value in values.items()]
+        return None if any(item is None for _key, item in items) else ("dict", tuple(sorted(items, key=lambda kv: str(kv[0]))))
+    if isinstance(values, (list, tuple)):
+        items = [content_key(value) for value in values]
+        return None if any(item is None for item in items) else ("list", tuple(items))
+    if isinstance(values, float):
+        return ("float", values.hex())
+    return (type(values).__name__, values) if isinstance(values, _SCALARS) else None
+
+
 def to_list(node: Any) -> list:
     """A plain list of a list node (a ListConfig, resolved); anything else is returned unchanged."""
     try:

@@ -134,8 +134,12 @@ def check_training_config(config: Any) -> list[str]:
     refuse_cpu_mode_on_gpu(config)  # GTPO_VERL_CPU / VERL_PLATFORM=cpu inherited by a GPU run
     given = validate_gtpo_config(config)
     use_critic = need_critic(config)
-    if use_critic:
-        _check_critic_model(config)
+
+    def warn(message: str) -> None:
+        given.append(message)
+        _warn(message)
+
+    _check_model_paths(config, use_critic, warn)
     try:
         validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=use_critic)
     except ConfigError:
@@ -147,18 +151,38 @@ def check_training_config(config: Any) -> list[str]:
     return given
 
 
-def _check_critic_model(config: Any) -> None:
-    """A critic (verl's default ``gae``) loads ``critic.model.path`` at start-up; a missing local folder is named here."""
+def _check_model_paths(config: Any, use_critic: bool, warn) -> None:
+    """Local-looking model paths that are not folders on this machine (the driver), each by who reads it where.
+
+    ``actor_rollout_ref.model.path`` (actor, rollout and reference) is read by the workers on their own
+    nodes, which may keep it on node-local disks the driver lacks: a warning, never a refusal
+    (``gtpo-preflight`` checks it on every node). ``critic.model.path`` is read on the driver too:
+    verl's ``validate_config``, which runs there before Ray starts (verl's own ``main`` runs it as we do),
+    builds the critic's ``HFModelConfig``, which loads its config and tokenizer from that path. A critic
+    folder missing here is refused by verl in any case; this names it first.
+    """
+    path = str(select(config, "actor_rollout_ref.model.path", "") or "")
+    if _missing_local_folder(path):
+        warn(
+            f"`actor_rollout_ref.model.path={path}` is not a folder on this machine (the driver): the actor, rollout "
+            "and reference workers load it on their own nodes, so it must be there (gtpo-preflight checks every "
+            "node). Otherwise set it to the model's folder or a Hugging Face id."
+        )
     path = str(select(config, "critic.model.path", "") or "")
-    local = os.path.expanduser(path)
-    if path.startswith(("/", "~", ".")) and not os.path.isdir(local):
+    if use_critic and _missing_local_folder(path):
         estimator = select(config, "algorithm.adv_estimator", "gae")
         raise ConfigError(
             "critic.model.path",
-            f"`critic.model.path={path}` is not a folder, and `algorithm.adv_estimator={estimator}` trains a critic. "
-            "Set critic.model.path to a local model folder, or choose an estimator without a critic "
+            f"`critic.model.path={path}` is not a folder on this machine, and `algorithm.adv_estimator={estimator}` "
+            "trains a critic, whose model verl's validate_config loads here on the driver. Set critic.model.path to "
+            "a model folder on this machine, or choose an estimator without a critic "
             "(algorithm.adv_estimator=gtpo_token, grpo_s, gtpo_traj, grpo, ...).",
         )
+
+
+def _missing_local_folder(path: str) -> bool:
+    """``path`` looks local (``/``, ``~``, ``.``) but is not a folder here (a Hugging Face id is never local)."""
+    return path.startswith(("/", "~", ".")) and not os.path.isdir(os.path.expanduser(path))
 
 
 def _check_registered_names(estimator: str, loss_mode: str) -> None:

@@ -25,7 +25,12 @@ from gtpo_verl.algorithms.sequence_shaping import (
 )
 from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage
 from gtpo_verl.algorithms.token_shaping import overlong_length_penalty
-from gtpo_verl.algorithms.trajectory import conflict_token_weights, gtpo_traj_advantage
+from gtpo_verl.algorithms.trajectory import (
+    conflict_token_weights,
+    gtpo_traj_advantage,
+    initial_entropy,
+    response_mean_entropy,
+)
 
 DTYPES = [(torch.float64, 1e-6), (torch.float32, 1e-5)]
 
@@ -148,6 +153,24 @@ def test_a4_zero_advantage_group_is_not_skipped(pad, dtype, atol):
     assert out.forward_run.tolist() == [0, 0] and out.conflict_divisor.tolist() == [1, 1]  # λ ≡ 1
     close(out.advantages[0, :3] / 3, [-0.006667] * 3, 1e-6 if dtype == torch.float64 else atol)  # −0.02/|o|, |o| = 3
     close(out.advantages[1], [0.0] * 4, 0)
+
+
+# ⟨H⟩_ini (S16's gate, δ = ratio·⟨H⟩_ini): the trainer and the lab both measure it with ``initial_entropy``.
+# Row 1's third token, row 2 (empty) and row 3's masked tokens hold garbage that must not count.
+INI_ENTROPY = [[0.3, 0.6, 0.9], [1.0, 0.4, 99.0], [5.0, 5.0, 5.0], [1.4, float("nan"), float("inf")]]
+INI_MASK = [[1, 1, 1], [1, 1, 0], [0, 0, 0], [1, 0, 0]]
+
+
+@pytest.mark.parametrize("dtype,atol", DTYPES)
+def test_initial_entropy_is_the_mean_over_non_empty_responses(dtype, atol):
+    entropy, mask = torch.tensor(INI_ENTROPY, dtype=dtype), torch.tensor(INI_MASK)
+    # ⟨H⟩_i = [(.3 + .6 + .9)/3, (1.0 + .4)/2, 0 (empty), 1.4/1] = [0.6, 0.7, 0, 1.4]
+    close(response_mean_entropy(mask, entropy=entropy), [0.6, 0.7, 0.0, 1.4], atol)
+    # non-empty responses only: (0.6 + 0.7 + 1.4)/3 = 0.9 (not 2.7/4 = 0.675 with the empty row)
+    assert initial_entropy(mask, entropy=entropy) == pytest.approx(0.9, abs=atol)
+    # ``rows`` drops row 3 (say verl's padding): (0.6 + 0.7)/2 = 0.65
+    assert initial_entropy(mask, entropy=entropy, rows=torch.tensor([True, True, True, False])) == pytest.approx(0.65, abs=atol)
+    assert initial_entropy(torch.zeros(2, 3), entropy=torch.ones(2, 3, dtype=dtype)) == 0.0  # no response: 0
 
 
 # ----------------------------------------------------------------------------- Paper B

@@ -31,7 +31,7 @@ CONFIG_DOC = ROOT / "docs" / "config.md"
 
 PURE_FUNCTIONS = {GTPOTokenConfig: gtpo_token_advantage, GRPOSConfig: grpo_s_advantage, GTPOTrajConfig: gtpo_traj_advantage}
 # keyword arguments of the pure functions that are call options or the batch's per-token inputs, not config
-CALL_OPTIONS = {gtpo_token_advantage: set(), grpo_s_advantage: set(), gtpo_traj_advantage: set()}
+CALL_OPTIONS = {gtpo_token_advantage: {"empty"}, grpo_s_advantage: {"empty"}, gtpo_traj_advantage: {"empty"}}
 TENSOR_INPUTS = {"entropy", "responses"}
 
 

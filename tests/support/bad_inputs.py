@@ -9,7 +9,7 @@ holds ``KEYS`` to the blocks' fields, so a new field cannot go unlisted.
 from __future__ import annotations
 
 BASE = (
-    "algorithm.adv_estimator=grpo",  # a valid config on its own (verl's default, gae, needs a critic model)
+    "algorithm.adv_estimator=grpo",  # verl's grpo: a valid config, on which each case's override is the one fault
     "actor_rollout_ref.rollout.n=4",
     "data.train_batch_size=4",
     "actor_rollout_ref.actor.ppo_mini_batch_size=4",

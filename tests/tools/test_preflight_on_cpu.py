@@ -55,7 +55,7 @@ def cpu_overrides(root, *extra):
         f"data.train_files={root}/train.parquet",
         f"data.val_files={root}/val.parquet",
         "data.train_batch_size=4",
-        "algorithm.adv_estimator=gtpo_token",  # verl's default gae would need a critic model
+        "algorithm.adv_estimator=gtpo_token",  # the package default, named as the recipes name theirs
         "actor_rollout_ref.rollout.n=2",
         # batch sizes verl's validate_config accepts: the preflight's first check is the config
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",

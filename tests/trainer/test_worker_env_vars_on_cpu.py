@@ -43,7 +43,7 @@ def test_numbers_and_booleans_reach_ray_as_strings():
 
 
 def test_a_null_worker_variable_is_one_start_up_error():
-    config = compose_gtpo(f"+{ENV}.OMP_NUM_THREADS=null")
+    config = compose_gtpo(f"+{ENV}.OMP_NUM_THREADS=null", "actor_rollout_ref.rollout.n=4")  # groups for gtpo_token
     derive_config(config)
     with pytest.raises(ConfigError, match="strings only") as err:
         validate_gtpo_config(config)

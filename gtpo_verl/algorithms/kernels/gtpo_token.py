@@ -3,8 +3,8 @@
 The equations and the readable twin ``gtpo_token_advantage_reference`` are in
 ``algorithms/token_shaping.py``; the tests hold this function to the twin for every switch. This
 module only schedules those equations over the batch, in cache-sized row blocks
-(``blocks.RowBlocks``), so that the output is the only ``(B, T)`` allocation (in huge pages,
-``blocks.fresh_output``). With x = H on O+ and x = 1/(H + ε) on O− (``negative_shaping``),
+(``blocks.RowBlocks``), so that the output is the only ``(B, T)`` allocation (through the caller's
+``empty``: huge pages on the plugin's CPU path, ``plugin/memory.py``). With x = H on O+ and x = 1/(H + ε) on O− (``negative_shaping``),
 and α = α2 on O+, −1 or −α2 on O−:
 
 1. x·mask into the output, the rows' sums, and the column sums Σ_{k∈set_t} x_{k,t} and d_t of
@@ -22,11 +22,12 @@ and α = α2 on O+, −1 or −α2 on O−:
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 import torch
 
 from gtpo_verl.algorithms.groups import group_sum, row_dot, row_sum_squares
-from gtpo_verl.algorithms.blocks import RowBlocks, fresh_output, masked_product_
+from gtpo_verl.algorithms.blocks import RowBlocks, masked_product_
 from gtpo_verl.algorithms.normalization import class_sets, set_means, set_row_scale
 from gtpo_verl.algorithms.token_shaping import (
     TokenShaping,
@@ -62,6 +63,7 @@ def gtpo_token_advantage(
     uniform_outcome_groups: str = "keep",
     std_unbiased: bool = True,
     epsilon: float = 1e-6,
+    empty: Callable[..., torch.Tensor] = torch.empty,
 ) -> TokenShaping:
     """Return GTPO token advantages: entropy-shaped token rewards, z-scored per group.
 
@@ -92,6 +94,9 @@ def gtpo_token_advantage(
         uniform_outcome_groups: ``keep`` applies the formulas to all-success / all-failure
             groups too (zero-mean entropy redistribution); ``zero_adv`` gives them 0, as
             verl's GRPO does. DAPO's dynamic sampling removes such groups beforehand.
+        empty: allocates the ``(B, T)`` output and the ``(2K, T)`` column tables, with
+            ``torch.empty``'s signature (the plugin passes its huge-page allocator,
+            ``plugin/memory.py``); a call option, not config.
 
     Returns:
         ``TokenShaping`` with ``advantages`` ``(B, T)`` in ``promote(entropy, float32)``,
@@ -108,9 +113,9 @@ def gtpo_token_advantage(
     # pass 1: x = H (O+) or 1/(H + ε) (O−, negative_shaping) into the output, NaN off the mask
     out, counts, entropy_sums, shaped_sums, log_sums, column_sum, column_count = _entropy_pass(
         entropy.detach(), blocks, success, segment, 2 * num_groups, dtype=dtype, epsilon=epsilon,
-        inverse=negative_shaping, column=column,
+        inverse=negative_shaping, column=column, empty=empty,
     )
-    shares = _Shares(segment, dtype)
+    shares = _Shares(segment, dtype, empty)
     if column:  # share_{i,t} = x_{i,t} · d_t / Σ_{k∈set_t} x_{k,t}  (S18, S26)
         shares.table, shares.uniform = _share_tables_(column_sum, column_count)
     else:  # share_{i,t} = x_{i,t} / GM_t(x_i): 1/GM(H + ε) on O+ (S20), GM(H + ε) for 1/(H + ε) on O− (S27)
@@ -188,8 +193,8 @@ class _Shares:
     pass 2 and keeps these for the diagnostics (``success_share_rows``).
     """
 
-    def __init__(self, segment: torch.Tensor, dtype: torch.dtype):
-        self.segment, self.dtype = segment, dtype
+    def __init__(self, segment: torch.Tensor, dtype: torch.dtype, empty: Callable[..., torch.Tensor] = torch.empty):
+        self.segment, self.dtype, self.empty = segment, dtype, empty
         self.table: torch.Tensor | None = None  # (2K, T) d_t / Σx per segment (column shares)
         self.uniform: torch.Tensor | None = None  # (2K, T) 1 on all-zero columns with members, else None
         self.row_factor: torch.Tensor | None = None  # (B,) 1/GM per row (geometric shares)
@@ -201,7 +206,8 @@ class _Shares:
             self.alpha_row_factor = (self.row_factor * class_alpha[self.segment % 2]).to(self.dtype)
             return
         segment_alpha = class_alpha.to(self.dtype).repeat(self.table.shape[0] // 2).unsqueeze(-1)
-        self.alpha_table = torch.mul(self.table, segment_alpha, out=fresh_output(self.table.shape, self.dtype, self.table.device))
+        alpha_table = self.empty(self.table.shape, dtype=self.dtype, device=self.table.device)
+        self.alpha_table = torch.mul(self.table, segment_alpha, out=alpha_table)
         self.alpha_uniform = None if self.uniform is None else self.uniform * segment_alpha
 
     def apply_(self, x: torch.Tensor, block: slice, blocks: RowBlocks, *, scaled: bool = True) -> torch.Tensor:
@@ -245,19 +251,19 @@ def _share_tables_(column_sum: torch.Tensor, column_count: torch.Tensor):
     return scale, uniform
 
 
-def _entropy_pass(entropy, blocks, success, segment, num_segments, *, dtype, epsilon, inverse, column):
+def _entropy_pass(entropy, blocks, success, segment, num_segments, *, dtype, epsilon, inverse, column, empty):
     """Pass 1: x into the output, row sums, (segment, T) column sums and counts (or the rows' Σ log)."""
     batch, width = entropy.shape
     device = entropy.device
-    out = fresh_output((batch, width), dtype, device)
+    out = empty((batch, width), dtype=dtype, device=device)
     counts = torch.empty(batch, dtype=dtype, device=device)
     entropy_sums = torch.empty(batch, dtype=dtype, device=device)
     shaped_sums = torch.empty(batch, dtype=dtype, device=device) if inverse and not column else entropy_sums
     log_sums = None if column else torch.empty(batch, dtype=dtype, device=device)
     column_sum = column_count = None
     if column:
-        column_sum = fresh_output((num_segments, width), dtype, device).zero_()
-        column_count = fresh_output((num_segments, width), dtype, device).zero_()
+        column_sum = empty((num_segments, width), dtype=dtype, device=device).zero_()
+        column_count = empty((num_segments, width), dtype=dtype, device=device).zero_()
     if inverse:  # ε on failure rows; +inf on success rows, where mask / inf adds exactly 0
         inf = torch.tensor(float("inf"), dtype=dtype, device=device)
         offset = torch.where(success, inf, torch.tensor(epsilon, dtype=dtype, device=device)).unsqueeze(-1)

@@ -24,6 +24,7 @@ from typing import Callable
 
 import torch
 
+from gtpo_verl.plugin.config import content_key, select, to_dict
 from gtpo_verl.plugin.threads import one_cpu_thread
 from gtpo_verl.plugin.context import bound_estimator_input, record_estimator_output
 from gtpo_verl.plugin.estimators.grpo_s import GRPO_S
@@ -46,11 +47,29 @@ def _verl_adapter(row: Estimator) -> Callable:
     (``register_entropy_aware_estimator``); ⟨H⟩_ini is the keyword ``initial_entropy``, else the bound
     datum (``plugin/context.py``). The ``EstimatorCall`` (block, batch, result) goes back to the caller
     that bound the inputs. On the CPU the call runs on one thread (``plugin/threads.py``).
+
+    Settings parsed once per run: the adapter keeps the last ``algorithm.<name>`` block it parsed,
+    keyed on that node's resolved content (``content_key``: every value with its type), and parses
+    again only when the content differs, so a config changed between calls never gets the old block.
     """
     owner = f"advantage estimator {row.name!r}"
+    name = row.config.path.partition(".")[2]  # algorithm.<name>: the key under verl's algorithm node
+    last: tuple = (None, None)  # (content key, block) of the last block parsed
+
+    def settings(config):
+        nonlocal last
+        values = to_dict(select(config, name), row.config.path)
+        key = content_key(values)
+        cached_key, cached_block = last  # one read: another thread may replace the pair meanwhile
+        if key is not None and key == cached_key:
+            return cached_block
+        block = row.config.from_dict(values)
+        if key is not None:
+            last = (key, block)
+        return block
 
     def adapter(token_level_rewards, response_mask, index=None, config=None, *, initial_entropy=None, **inputs):
-        block = row.config.from_algorithm_config(config)
+        block = settings(config)
         if initial_entropy is None:
             initial_entropy = bound_estimator_input("initial_entropy")
         scores = token_level_rewards.sum(-1)  # verl's outcome reward sits on each response's last token

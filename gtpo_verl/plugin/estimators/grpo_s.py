@@ -24,6 +24,7 @@ from gtpo_verl.plugin.estimators.row import (
     flat_entropy,
     success_failure,
 )
+from gtpo_verl.plugin.memory import huge_page_empty
 
 NAME = "grpo_s"  # algorithm.adv_estimator=grpo_s, and actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s
 
@@ -66,7 +67,7 @@ class GRPOSConfig(PaperBBlock):
 def _run(block: GRPOSConfig, batch: EstimatorBatch):
     return grpo_s_advantage(
         batch.response_mask, batch.sequence_scores, batch.group_ids, batch.num_groups,
-        entropy=batch.require("entropys"), **block.function_kwargs(),
+        entropy=batch.require("entropys"), **block.function_kwargs(), empty=huge_page_empty,
     )
 
 

@@ -26,6 +26,7 @@ from gtpo_verl.plugin.estimators.row import (
     flat_entropy,
     success_failure,
 )
+from gtpo_verl.plugin.memory import huge_page_empty
 from gtpo_verl.plugin.threads import one_cpu_thread
 
 NAME = "gtpo_token"  # algorithm.adv_estimator=gtpo_token
@@ -100,7 +101,7 @@ class GTPOTokenConfig(PaperBBlock):
 def _run(block: GTPOTokenConfig, batch: EstimatorBatch):
     return gtpo_token_advantage(
         batch.response_mask, batch.sequence_scores, batch.group_ids, batch.num_groups,
-        entropy=batch.require("entropys"), **block.function_kwargs(),
+        entropy=batch.require("entropys"), **block.function_kwargs(), empty=huge_page_empty,
     )
 
 

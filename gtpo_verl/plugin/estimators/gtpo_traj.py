@@ -22,6 +22,7 @@ from gtpo_verl.algorithms.choices import (
 from gtpo_verl.algorithms.trajectory import LN2, gtpo_traj_advantage
 from gtpo_verl.plugin.config import ConfigBlock, ConfigError, choice, number, select, weight
 from gtpo_verl.plugin.estimators.row import Estimator, EstimatorBatch, EstimatorCall, entropy_moved_frac
+from gtpo_verl.plugin.memory import huge_page_empty
 
 NAME = "gtpo_traj"  # algorithm.adv_estimator=gtpo_traj
 
@@ -150,7 +151,7 @@ def _run(block: GTPOTrajConfig, batch: EstimatorBatch):
     entropy = batch.require("entropys") if block.needs_entropy else None
     return gtpo_traj_advantage(
         batch.response_mask, batch.sequence_scores, batch.group_ids, batch.num_groups,
-        responses=batch.require("responses"), entropy=entropy, **kwargs,
+        responses=batch.require("responses"), entropy=entropy, **kwargs, empty=huge_page_empty,
     )
 
 
