@@ -91,7 +91,7 @@ class CollapseSetting:
 SETTINGS: dict[str, CollapseSetting] = {
     # lr 15× the lab's 2e-4 and 4 mini-batches × 2 epochs: 8 optimiser steps per rollout batch against GRPO's 1. Short
     # checks on seed 0 (docs/lab.md, "carry_trap"): the lab's own GRPO solves the task; 1.5e-3 learns it; 3e-3 breaks
-    # pass@1 with entropy above H₀; 6e-3 freezes on one malformed answer at H₀'s entropy
+    # pass@1 with entropy above H₀; 6e-3 freezes on one degenerate wrong answer near H₀
     "carry_trap": CollapseSetting(name="carry_trap", task="carry_trap", steps=1000, lr=3e-3, mini_batches=4, ppo_epochs=2),
 }
 
