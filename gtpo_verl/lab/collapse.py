@@ -129,15 +129,16 @@ def pilot_markdown(summary: dict) -> str:
     s, rule = summary["setting"], summary["keep_rule"]
     steps = sorted({row["steps"] for row in summary["rows"]}) or [s["steps"]]
     lines = [f"# Collapse pilot: `{s['name']}` (pre-registered)", "",
-             f"GRPO on `{s['task']}`, {'/'.join(map(str, steps))} steps (the setting's: {s['steps']}), Adam lr {s['lr']:g}, {s['mini_batches']} mini-batches × "
-             f"{s['ppo_epochs']} epochs per rollout batch. `collapsed-flat`: end entropy ≥ {summary['flat_entropy_ratio']}·H₀ "
-             "and end pass@1 < P₀ (`gtpo_verl/lab/verdicts.py`).", "",
+             f"GRPO on `{s['task']}`, {'/'.join(map(str, steps))} steps (the setting's: {s['steps']}), Adam lr {s['lr']:g}, "
+             f"{s['mini_batches']} mini-batches × {s['ppo_epochs']} epochs per rollout batch. `collapsed-flat`: end entropy ≥ "
+             f"{summary['flat_entropy_ratio']}·H₀ and end pass@1 < P₀ (`gtpo_verl/lab/verdicts.py`).", "",
              "| seed | end state | entropy_peak_ratio | H₀ | end entropy (/H₀) | ⟨H⟩_ini | P₀ | end pass@1 |",
              "|---|---|---|---|---|---|---|---|"]
     for row in summary["rows"]:
         peak = "–" if row["entropy_peak_ratio"] is None else f"{row['entropy_peak_ratio']:.2f}"
         lines.append(f"| {row['seed']} | {row['end_state']} | {peak} | {row['H0']:.3f} | {row['end_entropy']:.3f} "
-                     f"({row['end_entropy_over_H0']:.2f}) | {row['initial_entropy']:.3f} | {row['P0']:.3f} | {row['end_pass@1']:.3f} |")
+                     f"({row['end_entropy_over_H0']:.2f}) | {row['initial_entropy']:.3f} | {row['P0']:.3f} "
+                     f"| {row['end_pass@1']:.3f} |")
     verdict = "KEPT" if rule["kept"] else "NOT KEPT"
     lines += ["", f"**{verdict}**: {rule['collapsed']} of {rule['seeds']} seeds end `collapsed-flat`; the rule needs "
               f"{rule['needed']} (at least {rule['min_collapsed_share']:.0%} of the pre-registered {rule['preregistered_seeds']})."]
