@@ -26,7 +26,7 @@ import torch
 
 from gtpo_verl.lab.entropy_profile import DELTA_OFFICIAL, delta_filter, entropy_profile
 from gtpo_verl.lab.policy import TinyCausalLM, init_seed, score
-from gtpo_verl.lab.tasks import EOS_ID, ROLE_DECISION, ROLE_FORCED, ROLE_OFF, TASKS, VOCAB, PromptStream, Task, prompt_tensor
+from gtpo_verl.lab.tasks import EOS_ID, ROLE_DECISION, ROLE_FORCED, ROLE_OFF, TASKS, PromptStream, Task, prompt_tensor
 from gtpo_verl.lab.train import (
     SALT_PROMPTS, SALT_SAMPLER, LabSize, _rollout, gtpo_bonus_shares, policy_size, warm_start, warm_start_steps,
 )
@@ -44,7 +44,7 @@ a median well below 0.7, a training pass rate in 0.3–0.7, responses of 20–40
 def first_batch(task: Task, seed: int, size: LabSize, weights: Optional[dict] = None):
     """``(prompts, responses, mask, scored, entropy)`` of the seed's first training batch after its warm start
     (step 1's prompts and sampler stream; ``weights`` or a fresh warm start)."""
-    model = TinyCausalLM(len(VOCAB), policy_size(task, size))
+    model = TinyCausalLM(task.vocab_size, policy_size(task, size))
     model.load_state_dict(weights if weights is not None else warm_start(task, seed, size))
     problems = PromptStream(task, init_seed(seed, SALT_PROMPTS)).take(size.prompts)
     generator = torch.Generator().manual_seed(init_seed(seed, SALT_SAMPLER))

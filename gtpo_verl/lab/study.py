@@ -18,6 +18,7 @@ DEFAULT_TASKS = "digit_chain"
 
 
 def _parser() -> argparse.ArgumentParser:
+    from gtpo_verl.lab.collapse import PILOT_SEEDS, SETTINGS
     from gtpo_verl.lab.methods import METHODS
     from gtpo_verl.lab.tasks import TASKS
 
@@ -30,7 +31,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=positive_int, help=f"RL steps per run (default {DEFAULT['steps']})")
     p.add_argument("--eval-every", type=positive_int, help="validation spacing in steps (default 25)")
     p.add_argument("--methods", default=",".join(METHODS), help="lab methods, registered estimators, or estimator+transform")
-    p.add_argument("--tasks", default=DEFAULT_TASKS, help=f"comma-separated, from {sorted(TASKS)} (default {DEFAULT_TASKS})")
+    p.add_argument("--tasks", help=f"comma-separated, from {sorted(TASKS)} (default {DEFAULT_TASKS}; with --setting, its task)")
+    p.add_argument("--setting", choices=sorted(SETTINGS),
+                   help="a collapse setting (gtpo_verl/lab/collapse.py): its task, steps, learning rate and update schedule "
+                        "(mini-batches × epochs, for every method); --steps and --eval-every still override")
     p.add_argument("--prompts", type=positive_int, default=8, help="prompts per training batch")
     p.add_argument("--group", type=positive_int, default=8, help="responses per prompt (at least 2: the methods compare a group)")
     p.add_argument("--warm-start-steps", type=positive_int,
@@ -44,8 +48,44 @@ def _parser() -> argparse.ArgumentParser:
                    help="instead of a study: the pre-registered mechanism check of each --tasks task on seed --first-seed "
                         "(its warm start, --warm-start-steps or the task's own; one batch of --prompts prompts × 16 responses; "
                         "--group is not read) (docs/lab.md)")
+    p.add_argument("--measure-warm-start", action="store_true",
+                   help="instead of a study: each --seeds seed's warm start alone on --setting's task (or --tasks): ⟨H⟩_ini, "
+                        "P₀ and the share of prompts it is confidently wrong on; seconds (docs/lab.md)")
+    p.add_argument("--pilot-collapse", action="store_true",
+                   help=f"instead of a study: the pre-registered GRPO pilot of --setting on --seeds seeds (default {PILOT_SEEDS}); "
+                        "kept if at least half end collapsed-flat (exit 1: not kept); pilot.json and pilot.md in --out")
     p.add_argument("--from-runs", metavar="JSONL", help="rebuild results.json, table and figures from a runs file (e.g. an interrupted study's runs.partial.jsonl)")
     return p
+
+
+def study_setting(args: argparse.Namespace):
+    """The ``--setting`` (``collapse.SETTINGS``), or None."""
+    from gtpo_verl.lab.collapse import SETTINGS
+
+    return SETTINGS[args.setting] if getattr(args, "setting", None) else None
+
+
+def study_tasks(args: argparse.Namespace) -> list[str]:
+    """``--tasks`` as a list; without it, ``--setting``'s task, else ``DEFAULT_TASKS``."""
+    setting = study_setting(args)
+    spec = args.tasks if args.tasks is not None else (setting.task if setting is not None else DEFAULT_TASKS)
+    return [t.strip() for t in spec.split(",") if t.strip()]
+
+
+def study_size(args: argparse.Namespace):
+    """The run sizes: ``--quick`` or the default study's steps and spacing, or ``--setting``'s (with its learning rate);
+    ``--steps`` and ``--eval-every`` override either."""
+    from gtpo_verl.lab.train import LabSize
+
+    setting = study_setting(args)
+    if args.quick:
+        preset = QUICK
+    elif setting is not None:
+        preset = {"steps": setting.steps, "eval_every": setting.eval_every}
+    else:
+        preset = DEFAULT
+    return LabSize(steps=args.steps or preset["steps"], eval_every=args.eval_every or preset["eval_every"], prompts=args.prompts,
+                   group=args.group, warm_start_steps=args.warm_start_steps, **({"lr": setting.lr} if setting is not None else {}))
 
 
 _QUEUE = None
@@ -80,12 +120,12 @@ def _warm_start_job(args: tuple) -> tuple[str, int, dict]:
 
 def _run_job(args: tuple) -> dict:
     """One (task, seed, method) from its seed's warm start: one run per job keeps both workers busy to the end."""
-    task_name, seed, method_name, size_kwargs, weights = args
+    task_name, seed, method_name, size_kwargs, weights, schedule = args
     from gtpo_verl.lab.methods import resolve_methods
     from gtpo_verl.lab.tasks import TASKS
     from gtpo_verl.lab.train import train_run
 
-    method = resolve_methods(method_name)[0]
+    method = dataclasses.replace(resolve_methods(method_name)[0], **schedule)  # a setting's update schedule, if any
     start = time.time()
     run = train_run(method, TASKS[task_name], seed, _size(size_kwargs), weights, on_step=lambda: _QUEUE.put(1))
     run["wall_s"] = round(time.time() - start, 2)
@@ -124,8 +164,9 @@ def rebuild(args: argparse.Namespace) -> dict[str, Any]:
     from gtpo_verl.lab.train import LabSize
 
     original, runs = read_runs(args.from_runs)
-    methods = resolve_methods(args.methods)
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    setting = study_setting(args)
+    methods = [setting.method(m) if setting is not None else m for m in resolve_methods(args.methods)]
+    tasks = study_tasks(args)
     complete = sorted(s for s in {r["seed"] for r in runs}
                       if sum(r["seed"] == s for r in runs) == len(methods) * len(tasks))
     if not complete:
@@ -145,7 +186,7 @@ def rebuild(args: argparse.Namespace) -> dict[str, Any]:
     wall = max(sum(r["wall_s"] for r in runs) / max(args.workers, 1), 1e-9)
     payload = build_payload(runs, methods, tasks, complete, size, wall, args.workers)
     if original is not None:
-        payload.update({k: original[k] for k in ("wall_s", "steps_per_s", "machine", "quick", "calibration") if k in original})
+        payload.update({k: original[k] for k in ("wall_s", "steps_per_s", "machine", "quick", "calibration", "setting") if k in original})
     elif args.wall_s:
         payload["wall_s"] = round(args.wall_s, 1)
         payload["steps_per_s"] = round(payload["steps_total"] / args.wall_s, 2)
@@ -181,14 +222,15 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
     from gtpo_verl.lab.calibration import warm_start_profile
     from gtpo_verl.lab.methods import resolve_methods
     from gtpo_verl.lab.tasks import TASKS
-    from gtpo_verl.lab.train import LabSize, size_dict
+    from gtpo_verl.lab.train import size_dict
 
     preset = QUICK if args.quick else DEFAULT
     seeds = list(range(args.first_seed, args.first_seed + (args.seeds or preset["seeds"])))
-    size = LabSize(steps=args.steps or preset["steps"], eval_every=args.eval_every or preset["eval_every"],
-                   prompts=args.prompts, group=args.group, warm_start_steps=args.warm_start_steps)
-    methods = resolve_methods(args.methods)
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    size = study_size(args)
+    setting = study_setting(args)
+    schedule = setting.schedule() if setting is not None else {}
+    methods = [setting.method(m) if setting is not None else m for m in resolve_methods(args.methods)]
+    tasks = study_tasks(args)
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         raise SystemExit(f"--tasks: unknown {unknown}; choose from {sorted(TASKS)}")
@@ -205,7 +247,7 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
         # seed-major, so an interrupted study holds whole seeds; within a seed the dynamic-sampling
         # methods (the slow ones) first, so the last jobs to finish are short
         by_cost = sorted(methods, key=lambda m: not m.dynamic_sampling)
-        jobs = [(t, s, m.name, size_kwargs, weights[t, s]) for s in seeds for m in by_cost for t in tasks]
+        jobs = [(t, s, m.name, size_kwargs, weights[t, s], schedule) for s in seeds for m in by_cost for t in tasks]
         pending = pool.imap_unordered(_run_job, jobs)
         done = 0
         finished = 0
@@ -229,6 +271,8 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
     runs.sort(key=lambda r: (r["task"], order[r["method"]], r["seed"]))
     payload = build_payload(runs, [m for m in methods], tasks, seeds, size, wall, args.workers, quick=args.quick)
     payload["calibration"] = {t: warm_start_profile(t, seeds, size, weights={s: weights[t, s] for s in seeds}) for t in tasks}
+    if setting is not None:
+        payload["setting"] = dataclasses.asdict(setting)
     _write_outputs(args, payload)
     os.remove(partial_path)
     return payload
@@ -252,7 +296,7 @@ def build_payload(runs, methods, tasks, seeds, size, wall_s, workers, quick=Fals
         **({"smoke_run": "--quick: checks that every method runs end to end; not a study"} if quick else {}),
         "sizes": {**size_dict(size), "vocab": len(VOCAB), "parameters": parameter_count(TinyCausalLM(len(VOCAB), size.policy)),
                   # a task whose prompt and response outgrow size.policy's context gets a wider position table
-                  "parameters_by_task": {t: parameter_count(TinyCausalLM(len(VOCAB), policy_size(TASKS[t], size))) for t in tasks},
+                  "parameters_by_task": {t: parameter_count(TinyCausalLM(TASKS[t].vocab_size, policy_size(TASKS[t], size))) for t in tasks},
                   # warm_start_steps above is None unless set for every task: each task's own length (Task.warm_start_steps)
                   "warm_start_steps_by_task": {t: warm_start_steps(TASKS[t], size) for t in tasks}},
         "seeds": list(seeds),

@@ -22,8 +22,8 @@ and ``token_roles`` says which, from the grammar alone:
   before it, so a one-block policy can learn it from the last token alone. Well formed = the
   grammar; correct = well formed and the digits sum to S; Paper A's scale as for ``digit_chain``.
 
-The other two tasks are in Paper A's tag format, ``<reasoning>…</reasoning><answer>…</answer><eos>``,
-whose reasoning is 1–3 free filler letters: most of their entropy sits on tokens that decide
+The other three tasks are in Paper A's tag format, ``<reasoning>…</reasoning><answer>…</answer><eos>``.
+In the first two the reasoning is 1–3 free filler letters: most of their entropy sits on tokens that decide
 nothing. Their format reward and answer extraction are Paper A's (``gtpo_verl.rewards.format_math``);
 correctness is an exact string match (Paper A's substring rule would let "79" answer "9", which a
 tiny policy finds).
@@ -33,12 +33,22 @@ tiny policy finds).
 - ``digit_sum``: the prompt shows a target S in 10..24; any string of 1..5 non-zero digits whose
   sum is S is right. Many valid answers per prompt and a length that matters: S ≥ 19 needs at
   least three digits, so a policy that learned short answers cannot solve the top of the range.
+- ``carry_trap`` (Paper A's collapse setting, ``gtpo_verl/lab/collapse.py``): the prompt shows two digits a, b; the
+  response is ``<reasoning> a b </reasoning> <answer> a + b </answer> <eos>`` (the sum without a leading zero, so a
+  carry makes the answer two digits). Its reasoning copies the prompt, so no token is free filler. Its demonstrations
+  forget the carry on the 45 % of prompts that have one (``7 5`` → ``2``, with probability ``carry_slip``), so the warm
+  start is *confident* (most positions hold one likely token: mean response entropy below ln 2, where Paper A's S16
+  keeps δ on) and *confidently wrong* on those prompts, with a wrong answer one token shorter than the right one; the
+  other prompts it answers right. Its policy also has ``distractors`` outputs no demonstration uses (``DISTRACTORS``):
+  room for the distribution to flatten onto, as an LLM's vocabulary has. Paper A's S15 argues that a negative
+  advantage on such a confident token pushes probability onto unlikely tokens; this task gives that push a large
+  share of prompts to act on and many unlikely tokens to go to.
 
 The warm start is supervised learning on noisy demonstrations: responses whose answer is right
 with probability ``demo_accuracy``, so the policy starts with pass@1 ≪ pass@16 (``digit_chain``'s
 demonstrations also miscopy each digit of S with probability ``copy_noise``, which sets how much
 entropy its forced tokens start with; ``unary_chain``'s wrong demonstrations are chains to a
-nearby wrong total, so ``=`` comes early or late).
+nearby wrong total, so ``=`` comes early or late; ``carry_trap``'s wrong ones forget the carry).
 """
 
 from __future__ import annotations
@@ -58,7 +68,11 @@ THOUGHT_LETTERS = "abcdefgh"
 TASK_WORDS = ("max", "sum", ":")
 EQUALS = "="
 VOCAB = (PAD, BOS, EOS) + tuple("0123456789") + tuple(THOUGHT_LETTERS) + TAGS + TASK_WORDS + (EQUALS,)
-TOKEN_ID = {token: i for i, token in enumerate(VOCAB)}
+"""The shared vocabulary: every task's policy has these outputs (``Task.vocab_size``)."""
+DISTRACTORS = tuple("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+"""Tokens no demonstration uses, after ``VOCAB``: a task with ``distractors`` > 0 gives its policy that many of them,
+room to flatten onto (``carry_trap``); the other tasks' policies never see them."""
+TOKEN_ID = {token: i for i, token in enumerate(VOCAB + DISTRACTORS)}
 PAD_ID, BOS_ID, EOS_ID = TOKEN_ID[PAD], TOKEN_ID[BOS], TOKEN_ID[EOS]
 MAX_RESPONSE_TOKENS = 16
 # token roles (``Task.token_roles``): padding, a grammar decision, a grammar-forced token, a token
@@ -72,12 +86,13 @@ def encode(tokens: list[str]) -> list[int]:
 
 def decode_response(ids: list[int]) -> str:
     """The response text up to (not including) EOS; special tokens dropped."""
+    tokens = VOCAB + DISTRACTORS
     out = []
     for i in ids:
         if i == EOS_ID or i == PAD_ID:
             break
         if i != BOS_ID:
-            out.append(VOCAB[i])
+            out.append(tokens[i])
     return "".join(out)
 
 
@@ -119,6 +134,11 @@ class Task:
     def max_response_tokens(self) -> int:
         """The sampler's cap on a response (the policy's context holds the prompt and this many tokens)."""
         return MAX_RESPONSE_TOKENS
+
+    @property
+    def vocab_size(self) -> int:
+        """The policy's outputs: ``VOCAB``, plus the first ``distractors`` of ``DISTRACTORS`` for a task that has them."""
+        return len(VOCAB)
 
     def prompt_tokens(self) -> int:
         """The length of every prompt of the task (fixed per task)."""
@@ -343,12 +363,50 @@ class UnaryChain(Task):
         return torch.where(mask.bool(), roles, torch.full_like(roles, ROLE_NONE))
 
 
+@dataclass(frozen=True)
+class CarryTrap(Task):
+    """``a + b`` in Paper A's tag format, the warm start confidently forgetting the carry (module docstring)."""
+
+    carry_slip: float = 0.9
+    """A demonstration of a prompt with a carry (a + b ≥ 10) writes only the units digit with this probability: wrong,
+    and one token shorter than the right answer. The other demonstrations are right with probability ``demo_accuracy``."""
+    distractors: int = len(DISTRACTORS)
+    """The first this many of ``DISTRACTORS`` are outputs of the policy that no demonstration uses: room to flatten."""
+
+    def __post_init__(self):
+        if not 0 <= self.distractors <= len(DISTRACTORS):
+            raise ValueError(f"CarryTrap.distractors={self.distractors} must be in 0..{len(DISTRACTORS)} (len(DISTRACTORS))")
+
+    @property
+    def vocab_size(self) -> int:
+        return len(VOCAB) + self.distractors
+
+    def sample_problem(self, rng):
+        return (rng.randint(0, 9), rng.randint(0, 9))
+
+    def prompt(self, problem):
+        return encode([BOS, "sum", ":", *map(str, problem)])
+
+    def score(self, text, problem):
+        return _score(text, lambda pred: pred == str(sum(problem)))
+
+    def demonstration(self, problem, rng):
+        total = sum(problem)
+        if total >= 10 and rng.random() < self.carry_slip:
+            total -= 10  # the carry forgotten: 7 + 5 → "2"
+        elif rng.random() >= self.demo_accuracy:
+            total = rng.choice([t for t in range(19) if t != total])
+        return encode(["<reasoning>", *map(str, problem), "</reasoning>", "<answer>", *str(total), "</answer>", EOS])
+
+
 TASKS: dict[str, Task] = {
     "digit_chain": DigitChain(name="digit_chain", demo_accuracy=0.8, copy_noise=0.25),
     "max_digit": MaxDigit(name="max_digit", demo_accuracy=0.3),
     "digit_sum": DigitSum(name="digit_sum", demo_accuracy=0.25),
     # 150 warm-start steps leave its pass rate at 0.055; 600 put it in 0.3–0.7 (docs/lab.md, "unary_chain")
     "unary_chain": UnaryChain(name="unary_chain", demo_accuracy=0.7, warm_start_steps=600),
+    # 600 warm-start steps left seed 1 without the units digit (P₀ 0.13); 1200 learn it (docs/lab.md, "carry_trap")
+    "carry_trap": CarryTrap(name="carry_trap", demo_accuracy=1.0, carry_slip=0.9, warm_start_steps=1200),
 }
 
 

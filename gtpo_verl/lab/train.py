@@ -36,7 +36,7 @@ from gtpo_verl.lab.methods import Method
 from gtpo_verl.lab.policy import PolicySize, TinyCausalLM, init_seed, sample, score
 from gtpo_verl.lab.schedule import fill_training_batch
 from gtpo_verl.lab.tasks import (
-    EOS_ID, PAD_ID, ROLE_DECISION, ROLE_FORCED, ROLE_OFF, VOCAB, PromptStream, Task, decode_response,
+    EOS_ID, PAD_ID, ROLE_DECISION, ROLE_FORCED, ROLE_OFF, PromptStream, Task, decode_response,
     prompt_tensor, validation_problems,
 )
 from gtpo_verl.lab.update import AdvantageStep, actor_config, policy_loss
@@ -96,7 +96,7 @@ def warm_start(task: Task, seed: int, size: LabSize) -> dict:
     demonstrations (a state_dict; seeded)."""
     torch.manual_seed(init_seed(seed, SALT_WARM_START))
     rng = random.Random(init_seed(seed, SALT_WARM_START))
-    model = TinyCausalLM(len(VOCAB), policy_size(task, size))
+    model = TinyCausalLM(task.vocab_size, policy_size(task, size))
     optimizer = torch.optim.Adam(model.parameters(), lr=size.warm_start_lr, fused=True)
     for _ in range(warm_start_steps(task, size)):
         problems = [task.sample_problem(rng) for _ in range(size.warm_start_batch)]
@@ -195,7 +195,7 @@ def train_run(
 ) -> dict:
     """Train one (method, task, seed); returns its curves, validations and sizes (results.json's ``runs`` entry)."""
     weights = initial_weights if initial_weights is not None else warm_start(task, seed, size)
-    model = TinyCausalLM(len(VOCAB), policy_size(task, size))
+    model = TinyCausalLM(task.vocab_size, policy_size(task, size))
     model.load_state_dict(weights)
     optimizer = torch.optim.Adam(model.parameters(), lr=size.lr, fused=True)
     stream = PromptStream(task, init_seed(seed, SALT_PROMPTS))
