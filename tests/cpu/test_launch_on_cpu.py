@@ -37,9 +37,11 @@ def test_a_launch_logs_its_command_and_gives_the_run_its_environment(dry_run, tm
     def watch(proc):  # the run's own environment, read from /proc while it lives
         if "environ" not in seen:
             try:
-                seen["environ"] = dict(kv.split("=", 1) for kv in open(f"/proc/{proc.pid}/environ").read().split("\0") if "=" in kv)
+                raw = open(f"/proc/{proc.pid}/environ").read()
             except OSError:
-                pass
+                return
+            if raw:  # just after exec the kernel can show an empty environ; the next second's read sees it
+                seen["environ"] = dict(kv.split("=", 1) for kv in raw.split("\0") if "=" in kv)
 
     rc, wall = launch(overrides, str(log), str(metrics), 300, cwd=str(tmp_path), env_extra={"GTPO_LAUNCH_TEST": "1"},
                       watch=watch, on_start=lambda proc: lambda: finished.append(proc.returncode))
