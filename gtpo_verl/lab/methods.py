@@ -87,6 +87,8 @@ METHODS: dict[str, Method] = {
         dataclasses.replace(DAPO, name="DAPO_TWIN", sampler_stream=1),
         dataclasses.replace(DAPO, name="DAPO_TOKEN", estimator=GTPO_TOKEN.name),
         *(_dapo_token_alpha(a) for a in TOKEN_ALPHA1),
+        dataclasses.replace(DAPO, name="DAPO_TOKEN_ROW", estimator=GTPO_TOKEN.name,
+                            algorithm={GTPO_TOKEN.name: {"entropy_share": "geometric"}}),
         dataclasses.replace(DAPO, name="DAPO_SEQ", estimator=GRPO_S.name, loss_mode=GRPO_S.policy_loss,
                             loss_agg_mode=GRPO_S.loss_agg_mode),
         dataclasses.replace(DAPO, name="DAPO_HIGH_ENTROPY", transforms=({"name": "high_entropy_tokens", "rho": 0.2},)),

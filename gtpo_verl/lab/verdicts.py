@@ -41,9 +41,11 @@ recorded) is excluded, never dropped in silence: the row lists each excluded see
 Families, each Holm-corrected on its own (per task rows pooled over the study's tasks):
 
 - ``primary`` (``PRIMARY_CLAIMS``): the papers' claims, method vs baseline on the same seeds, one
-  direction each. Paper B: entropy, length and pass@8 higher under GTPO-token and GRPO-S than DAPO.
-  Paper A, on its paper preset (``GTPO_TRAJ_PAPER``) and with δ = ⟨H⟩_ini (``GTPO_TRAJ_D10``): a lower
-  ``entropy_peak_ratio`` (less collapse) and a smaller ``drawdown_after_learning`` (steadier) than GRPO.
+  direction each, Holm-corrected within each paper (Paper B's rows one family, Paper A's another).
+  Paper B: entropy, length and pass@8 higher under GTPO-token and GRPO-S than DAPO. Paper A, on its
+  paper preset (``GTPO_TRAJ_PAPER``, the primary arm): a lower ``entropy_peak_ratio`` (less collapse)
+  and a smaller ``drawdown_after_learning`` (steadier) than GRPO; δ at the official 0.7 nats and scaled
+  to ⟨H⟩_ini are sensitivity rows.
   The null-twin rule (``TWINS``): each claim's baseline has a twin, the same method on another sampler
   stream (GRPO_TWIN for GRPO, DAPO_TWIN for DAPO), and the twin's effect (its mean paired difference
   against the same baseline, on the same endpoint, over the claim's paired seeds where the twin has a value)
@@ -53,7 +55,7 @@ Families, each Holm-corrected on its own (per task rows pooled over the study's 
   ``inconclusive``. A claim whose effect is not above its twin's reads ``not above the null twin`` (both
   effects on the row), and one whose twin did not run reads ``no null twin``: neither is scored;
 - ``sensitivity`` (``SENSITIVITY``): the knobs the papers leave open (δ: official 0.7 nats and × ⟨H⟩_ini;
-  GTPO's α₁);
+  GTPO's α₁; the row share S20 against DAPO and the column share S18, with the decision tokens' entropy);
 - ``context`` (``CONTEXT_COMPARISONS``): the entropy baselines, Clip-Cov and KL-Cov vs DAPO;
 - ``null`` (``NULL_COMPARISONS``): GRPO and DAPO each against its twin on every claim endpoint — identical
   methods, so every row should read ``no difference detected`` (at Holm's family-wise rate α).
@@ -125,13 +127,15 @@ PRIMARY_CLAIMS = (
           "GTPO_TRAJ_PAPER", "GRPO", "entropy_peak_ratio", -1),
     Claim("A-steadier", "A", "GTPO-trajectory (paper preset) is steadier than GRPO once learned (smaller pass@1 drawdown "
           "after first reaching P_0 + 0.1)", "GTPO_TRAJ_PAPER", "GRPO", "drawdown_after_learning", -1),
-    Claim("A-no-collapse-scaled", "A", "GTPO-trajectory (δ = ⟨H⟩_ini) collapses less than GRPO (lower peak entropy ratio)",
-          "GTPO_TRAJ_D10", "GRPO", "entropy_peak_ratio", -1),
-    Claim("A-steadier-scaled", "A", "GTPO-trajectory (δ = ⟨H⟩_ini) is steadier than GRPO once learned", "GTPO_TRAJ_D10", "GRPO",
-          "drawdown_after_learning", -1),
 )
 SENSITIVITY = (
-    *((m, "GRPO", e) for m in ("GTPO_TRAJ", "GTPO_TRAJ_D08", "GTPO_TRAJ_D10", "GTPO_TRAJ_D12") for e in ("pass@1", "pass@16", "entropy")),
+    # δ as the paper leaves it open (the official 0.7 nats, and × ⟨H⟩_ini) on Paper A's own endpoints and three more
+    *((m, "GRPO", e) for m in ("GTPO_TRAJ", "GTPO_TRAJ_D08", "GTPO_TRAJ_D10", "GTPO_TRAJ_D12")
+      for e in ("entropy_peak_ratio", "drawdown_after_learning", "pass@1", "pass@16", "entropy")),
+    # the row share (S20) against DAPO and against the column share (S18), with the decisions' own entropy
+    *(("DAPO_TOKEN_ROW", "DAPO", e) for e in ("entropy", "entropy_decision", "length", "pass@8")),
+    *(("DAPO_TOKEN_ROW", "DAPO_TOKEN", e) for e in ("entropy_decision", "pass@8")),
+    *((m, "DAPO", "entropy_decision") for m in ("DAPO_TOKEN", "DAPO_SEQ")),
     *(("DAPO_TOKEN_A05", "DAPO", e) for e in ("entropy", "length", "pass@16")),
     *(("DAPO_TOKEN_A05", "DAPO_TOKEN", e) for e in ("entropy", "pass@16")),
 )
@@ -339,7 +343,7 @@ def twin_effect(table: dict, task: str, baseline: str, endpoint: str, seeds: lis
 def score_claims(table: dict, tasks: list[str], claims) -> list[dict[str, Any]]:
     """Every claim (``Claim``) on every task both of its methods ran: the paired row, the seeds whose nonzero
     difference has the claimed sign (and the opposite one), the null twin's effect on the claim's seeds,
-    Holm over all rows, and ``twin_claim_verdict``.
+    Holm within each paper's rows (its family), and ``twin_claim_verdict``.
 
     ``table`` is ``{(task, method): {seed: {endpoint: value}}}`` (``endpoint_table``'s form); a seed
     pairs when both runs have a value of the endpoint, and every other seed is listed as excluded.
@@ -353,7 +357,8 @@ def score_claims(table: dict, tasks: list[str], claims) -> list[dict[str, Any]]:
                 rows.append({"id": claim.id, "paper": claim.paper, "claim": claim.text, "direction": claim.direction,
                              **row, "seeds_as_claimed": int((signed > 0).sum()), "seeds_against": int((signed < 0).sum()),
                              **twin_effect(table, task, claim.baseline, claim.endpoint, row["paired_seeds"])})
-    holm_family(rows)
+    for paper in sorted({row["paper"] for row in rows}):
+        holm_family([row for row in rows if row["paper"] == paper])
     for row in rows:
         row["verdict"] = ("no pairs" if row["seeds"] == 0 else
                           twin_claim_verdict(row["p_holm"], row["mean_difference"], row["direction"], row["twin_mean_difference"]))

@@ -149,12 +149,31 @@ def test_above_the_twin_but_not_significant_stays_inconclusive():
     assert row["mean_difference"] == pytest.approx(0.2) and row["p_holm"] > 0.05 and row["verdict"] == "inconclusive"
 
 
+def test_holm_runs_within_each_papers_family():
+    # three claims on the same all-positive table (exact Wilcoxon p = 2/1024 each): two of Paper B, one of Paper A.
+    # Holm within each paper: B's two rows get 2·p, A's single row keeps p (pooled over three rows it would be 3·p)
+    table = {("t", "M"): {s: {"x": 1.0} for s in range(10)}, ("t", "GRPO"): {s: {"x": 0.0} for s in range(10)},
+             ("t", "DAPO"): {s: {"x": 0.0} for s in range(10)},
+             ("t", "DAPO_TWIN"): {s: {"x": 0.0} for s in range(10)}, ("t", "GRPO_TWIN"): {s: {"x": 0.0} for s in range(10)}}
+    claims = [Claim("b1", "B", "x rises", "M", "DAPO", "x", +1), Claim("b2", "B", "x rises", "M", "DAPO", "x", +1),
+              Claim("a1", "A", "x rises", "M", "GRPO", "x", +1)]
+    rows = {r["id"]: r for r in score_claims(table, ["t"], claims)}
+    assert rows["b1"]["p_holm"] == rows["b2"]["p_holm"] == pytest.approx(4 / 1024)
+    assert rows["a1"]["p_holm"] == pytest.approx(2 / 1024)
+
+
+def test_the_row_share_arm_is_dapo_token_with_s20():
+    row = METHODS["DAPO_TOKEN_ROW"]
+    assert row.algorithm == {"gtpo_token": {"entropy_share": "geometric"}}
+    assert dataclasses.replace(row, name="DAPO_TOKEN", algorithm={}) == METHODS["DAPO_TOKEN"]
+
+
 def test_every_primary_claim_has_a_twin_and_paper_a_uses_the_new_endpoints():
     from gtpo_verl.lab.verdicts import TWINS
 
     assert {c.baseline for c in PRIMARY_CLAIMS} <= set(TWINS)
     assert {c.endpoint for c in PRIMARY_CLAIMS if c.paper == "A"} == {"entropy_peak_ratio", "drawdown_after_learning"}
-    assert {c.method for c in PRIMARY_CLAIMS if c.paper == "A"} == {"GTPO_TRAJ_PAPER", "GTPO_TRAJ_D10"}
+    assert {c.method for c in PRIMARY_CLAIMS if c.paper == "A"} == {"GTPO_TRAJ_PAPER"}  # the paper preset is the primary arm
 
 
 def test_the_twins_and_the_paper_preset_arm():
