@@ -389,30 +389,25 @@ def render(result: dict, mechanism: dict, machine: dict) -> str:
 
 
 def figure(result: dict, path: str) -> str | None:
-    """Per-seed paired differences of every scored row (dots) with their mean (bar), one panel per family."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Per-seed paired differences of every scored row (dots) with their mean (bar), one panel per family
+    (``gtpo_verl/tools/figures.py``, the package's figure writer)."""
+    from gtpo_verl.tools.figures import figure
 
     families = {name: rows for name, rows in result["families"].items() if rows}
     if not families:
         return None
-    fig, axes = plt.subplots(1, len(families), figsize=(5.5 * len(families), 4.2), squeeze=False)
-    for ax, (name, rows) in zip(axes[0], families.items()):
-        for i, r in enumerate(rows):
-            d = np.asarray(r["per_seed_difference"])
-            ax.scatter(np.full(len(d), i) + np.linspace(-0.12, 0.12, len(d)), d, s=14, color="tab:blue", zorder=3)
-            ax.hlines(d.mean(), i - 0.3, i + 0.3, color="black", linewidth=2, zorder=4)
-        ax.axhline(0, color="grey", linewidth=0.8)
-        ax.set_xticks(range(len(rows)))
-        ax.set_xticklabels([f"{r['method']}\n− {r['baseline']}\n({r['endpoint']}, n={r['seeds']})" for r in rows],
-                           fontsize=7)
-        ax.set_title(name, fontsize=10)
-        ax.set_ylabel("paired difference (method − baseline)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, len(families)) as (_, axes):
+        for ax, (name, rows) in zip(axes, families.items()):
+            for i, r in enumerate(rows):
+                d = np.asarray(r["per_seed_difference"])
+                ax.scatter(np.full(len(d), i) + np.linspace(-0.12, 0.12, len(d)), d, s=14, color="tab:blue", zorder=3)
+                ax.hlines(d.mean(), i - 0.3, i + 0.3, color="black", linewidth=2, zorder=4)
+            ax.axhline(0, color="grey", linewidth=0.8)
+            ax.set_xticks(range(len(rows)))
+            ax.set_xticklabels([f"{r['method']}\n− {r['baseline']}\n({r['endpoint']}, n={r['seeds']})" for r in rows],
+                               fontsize=7)
+            ax.set_title(name)
+            ax.set_ylabel("paired difference (method − baseline)")
     return path
 
 

@@ -172,23 +172,19 @@ PAPER_A_SCALE = {"GTPO_TRAJ": 1 / 20}  # Paper A's reward is on a 0-20 scale: dr
 
 
 def draw(summary: dict, history: dict, path: str, reward_scale: dict[str, float] = PAPER_A_SCALE) -> None:
-    import matplotlib
+    """One panel per ``CURVES`` metric, a line per run (``gtpo_verl/tools/figures.py``, the package's figure writer)."""
+    from gtpo_verl.tools.figures import figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(CURVES), figsize=(5 * len(CURVES), 3.6))
-    for axis, (key, label) in zip(axes, CURVES.items()):
-        for run, rows in history.items():
-            scale = reward_scale.get(run, 1) if key == "critic/score/mean" else 1
-            points = [(r["step"], r[key] * scale) for r in rows if key in r]
-            if points:
-                axis.plot(*zip(*points), marker="o", label=run + (f" (reward × {scale:.3g})" if scale != 1 else ""))
-        axis.set_title(label)
-        axis.set_xlabel("step")
-    axes[0].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with figure(path, len(CURVES)) as (_, axes):
+        for axis, (key, label) in zip(axes, CURVES.items()):
+            for run, rows in history.items():
+                scale = reward_scale.get(run, 1) if key == "critic/score/mean" else 1
+                points = [(r["step"], r[key] * scale) for r in rows if key in r]
+                if points:
+                    axis.plot(*zip(*points), marker="o", label=run + (f" (reward × {scale:.3g})" if scale != 1 else ""))
+            axis.set_title(label)
+            axis.set_xlabel("step")
+        axes[0].legend()
 
 
 def train_run(run: str, launches: list[tuple[str, list[str]]], run_dir: str, steps: int, timeout: int,
