@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from gtpo_verl.lab.stats import mean_and_sample_std
+from gtpo_verl.lab.verdicts import ENDPOINT_STEPS, PARTIAL_GAIN
 from gtpo_verl.tools.figures import INSTALL, figure, pyplot
 
 CURVE_FIGURES = ("reward", "entropy", "entropy_decision", "entropy_forced", "length", "kept_groups", "prompts_sampled", "clipfrac")
@@ -143,9 +144,9 @@ def markdown_table(payload: dict[str, Any]) -> str:
                          f"{run_mean('prompts_sampled', 1)} | {stalled} | {run_mean('clipfrac', 4)} | {run_mean('delta_filtered_frac')} | "
                          f"{bonus} | {states} |")
         lines.append("")
-    lines += ["Mean ± sample std over seeds of each run's endpoint (entropy, H decision / forced and length: the last 50 steps, on the "
+    lines += [f"Mean ± sample std over seeds of each run's endpoint (entropy, H decision / forced and length: the last {ENDPOINT_STEPS} steps, on the "
               "responses to each step's first training batch, the same population for every method; drawdown after learning: over "
-              "the seeds that reached P₀ + 0.1, their count in brackets). Kept groups, prompts per step, "
+              f"the seeds that reached P₀ + {PARTIAL_GAIN}, their count in brackets). Kept groups, prompts per step, "
               "clipfrac, δ filtered and the GTPO bonus share are run means averaged over seeds; stalled steps are summed over seeds.", ""]
     lines += _calibration_lines(payload)
     lines += family_table("### Verdicts: the papers' claims (one direction each, Holm over all of them; scored only above the "
