@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gtpo_verl.trainer.metrics_file import read_metrics_file
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "cpu_run_metrics"
 GPU_ONLY = (
@@ -31,9 +33,8 @@ def real_names() -> tuple[list[str], list[str]]:
     """(training metric names, validation metric names) the fixture runs logged."""
     names: set[str] = set()
     for path in glob.glob(str(FIXTURES / "*.jsonl")):
-        with open(path) as handle:
-            for line in handle:
-                names.update(json.loads(line)["data"])
+        for data in read_metrics_file(path).steps.values():
+            names.update(data)
     names.update(GPU_ONLY)
     return sorted(n for n in names if not n.startswith("val-")), sorted(n for n in names if n.startswith("val-"))
 

@@ -46,13 +46,10 @@ def read_dump(path: str) -> tuple[dict, dict]:
 
 
 def step_metrics(metrics_path: str, step: int) -> dict:
-    out: dict = {}
-    with open(metrics_path) as f:
-        for line in f:
-            row = json.loads(line)
-            if int(row["step"]) == step:
-                out.update({k: v for k, v in row["data"].items() if isinstance(v, (int, float))})
-    return out
+    """The numeric metrics logged at ``step`` (``read_metrics_file``: a step logged more than once keeps its last write)."""
+    from gtpo_verl.trainer.metrics_file import read_metrics_file
+
+    return {k: v for k, v in read_metrics_file(metrics_path).steps.get(step, {}).items() if isinstance(v, (int, float))}
 
 
 def provenance(seed: int | None) -> dict:

@@ -51,7 +51,10 @@ STEPS = 6
 SEEDS = tuple(range(8))
 VAL_PROMPTS, VAL_SAMPLES = 64, 8
 VAL_KEY = f"val-core/openai/gsm8k/acc/mean@{VAL_SAMPLES}"
+# the study's endpoint windows (its only ones): the first and the second half of its STEPS training steps
+FIRST_HALF = slice(None, STEPS // 2)  # steps 1-3
 SECOND_HALF = slice(STEPS // 2, None)  # steps 4-6
+SECOND_HALF_LABEL = f"steps {STEPS // 2 + 1}-{STEPS}"
 TASK = "arithmetic"
 
 
@@ -83,26 +86,31 @@ ARMS = {
                                                     "algorithm.gtpo_traj.entropy_threshold_ratio=1.5", "algorithm.gtpo_traj.gamma=0"),
                                   "the same with γ = 0 (no entropy regulariser)"),
 }
-# Holm families: (method, baseline, endpoint, claimed direction: +1 / -1, or 0 for a two-sided comparison)
+# Holm families: (method, baseline, endpoint, claimed direction: +1 / -1, or 0 for a two-sided comparison);
+# each under its id, unique across the project (gtpo_verl/lab/claim_ids.py): lm- + its registered name
+# (REGISTERED_FAMILY_IDS)
 FAMILIES = {
-    "B-accuracy": (
+    "lm-B-accuracy": (
         ("DAPO_TOKEN", "DAPO", "val_acc", +1),
         ("DAPO_TOKEN", "DAPO_TOKEN_NO_ENTROPY", "val_acc", 0),
         ("DAPO_TOKEN_NO_ENTROPY", "DAPO", "val_acc", 0),
         ("DAPO_TOKEN_ROW", "DAPO_TOKEN", "val_acc", 0),
     ),
-    "B-entropy-length": (
+    "lm-B-entropy-length": (
         ("DAPO_TOKEN", "DAPO", "entropy", +1),
         ("DAPO_TOKEN", "DAPO", "length", +1),
         ("DAPO_TOKEN_NO_ENTROPY", "DAPO", "entropy", 0),
         ("DAPO_TOKEN_NO_ENTROPY", "DAPO", "length", 0),
     ),
-    "A": (
+    "lm-A-trajectory": (
         ("GTPO_TRAJ_RATIO", "GTPO_TRAJ_PAPER", "val_acc", 0),
         ("GTPO_TRAJ_RATIO_NO_REG", "GTPO_TRAJ_RATIO", "entropy", 0),
         ("GTPO_TRAJ_RATIO_NO_REG", "GTPO_TRAJ_RATIO", "val_acc", 0),
     ),
 }
+REGISTERED_FAMILY_IDS = {"B-accuracy": "lm-B-accuracy", "B-entropy-length": "lm-B-entropy-length", "A": "lm-A-trajectory"}
+"""Each family's name in the pre-registration (docs/real_lm.md) and in the committed ``docs/real_lm/study/scores.json``
+and ``scores.md`` → its id (``read_scores`` reads those files under the ids)."""
 # per-step series kept in a run file (verl's and gtpo_verl's metric names)
 SERIES = (
     "critic/score/mean", "gtpo/entropy/batch_mean", "actor/entropy", "response_length/mean", "response_length/clip_ratio",
@@ -194,16 +202,22 @@ def bonus_moves(stem: str) -> dict:
             "median_token_change": float(np.median(moved[nonzero] / base[nonzero])) if nonzero.any() else None}
 
 
+def window_mean(series: list, window: slice) -> float | None:
+    """The mean of the values logged in ``window`` (``FIRST_HALF`` or ``SECOND_HALF``) of a per-step series;
+    None where none is."""
+    values = [v for v in series[window] if v is not None]
+    return float(np.mean(values)) if values else None
+
+
 def endpoints(record: dict) -> dict:
-    """The pre-registered endpoints of one finished run."""
+    """The pre-registered endpoints of one finished run: ``val_acc``; ``entropy`` and ``length`` over
+    ``SECOND_HALF``; and, recorded but not tested, ``reward_change`` (``SECOND_HALF`` minus ``FIRST_HALF``)."""
     series = record["series"]
     out = {"val_acc": record["validation"]["mean"]}
     for name, key in (("entropy", "gtpo/entropy/batch_mean"), ("length", "response_length/mean")):
-        values = [v for v in series.get(key, [])[SECOND_HALF] if v is not None]
-        out[name] = float(np.mean(values)) if values else None
-    reward = [v for v in series.get("critic/score/mean", []) if v is not None]
-    half = len(reward) // 2
-    out["reward_change"] = float(np.mean(reward[half:]) - np.mean(reward[:half])) if half else None
+        out[name] = window_mean(series.get(key, []), SECOND_HALF)
+    first, second = (window_mean(series.get("critic/score/mean", []), w) for w in (FIRST_HALF, SECOND_HALF))
+    out["reward_change"] = None if first is None or second is None else second - first
     return out
 
 
@@ -262,6 +276,15 @@ def load_runs(folder: str = RUNS_DIR) -> list[dict]:
         with open(path) as f:
             runs.append(json.load(f))
     return runs
+
+
+def read_scores(path: str = os.path.join(STUDY_DIR, "scores.json")) -> dict:
+    """A scores file (``write_scores``) with each family under its id: a registered name is mapped by
+    ``REGISTERED_FAMILY_IDS``."""
+    with open(path) as f:
+        scores = json.load(f)
+    scores["families"] = {REGISTERED_FAMILY_IDS.get(name, name): rows for name, rows in scores["families"].items()}
+    return scores
 
 
 LATE_ARMS = {"DAPO_TOKEN_ROW"}  # registered to enter its family only once all its seeds exist
@@ -355,7 +378,8 @@ def _fmt(value, digits=3) -> str:
 
 def render(result: dict, mechanism: dict, machine: dict) -> str:
     """The results as markdown: arms, each family's rows with verdicts, the mechanism, the machine."""
-    lines = ["| arm | seeds | val_acc mean (sd) | entropy, steps 4-6 | length, steps 4-6 | wall per run (s), median [range] |",
+    lines = [f"| arm | seeds | val_acc mean (sd) | entropy, {SECOND_HALF_LABEL} | length, {SECOND_HALF_LABEL} | "
+             "wall per run (s), median [range] |",
              "|---|---|---|---|---|---|"]
     for arm, a in result["arms"].items():
         m = machine.get(arm, {})
@@ -389,30 +413,25 @@ def render(result: dict, mechanism: dict, machine: dict) -> str:
 
 
 def figure(result: dict, path: str) -> str | None:
-    """Per-seed paired differences of every scored row (dots) with their mean (bar), one panel per family."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Per-seed paired differences of every scored row (dots) with their mean (bar), one panel per family
+    (``gtpo_verl/tools/figures.py``, the package's figure writer)."""
+    from gtpo_verl.tools.figures import figure
 
     families = {name: rows for name, rows in result["families"].items() if rows}
     if not families:
         return None
-    fig, axes = plt.subplots(1, len(families), figsize=(5.5 * len(families), 4.2), squeeze=False)
-    for ax, (name, rows) in zip(axes[0], families.items()):
-        for i, r in enumerate(rows):
-            d = np.asarray(r["per_seed_difference"])
-            ax.scatter(np.full(len(d), i) + np.linspace(-0.12, 0.12, len(d)), d, s=14, color="tab:blue", zorder=3)
-            ax.hlines(d.mean(), i - 0.3, i + 0.3, color="black", linewidth=2, zorder=4)
-        ax.axhline(0, color="grey", linewidth=0.8)
-        ax.set_xticks(range(len(rows)))
-        ax.set_xticklabels([f"{r['method']}\n− {r['baseline']}\n({r['endpoint']}, n={r['seeds']})" for r in rows],
-                           fontsize=7)
-        ax.set_title(name, fontsize=10)
-        ax.set_ylabel("paired difference (method − baseline)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, len(families)) as (_, axes):
+        for ax, (name, rows) in zip(axes, families.items()):
+            for i, r in enumerate(rows):
+                d = np.asarray(r["per_seed_difference"])
+                ax.scatter(np.full(len(d), i) + np.linspace(-0.12, 0.12, len(d)), d, s=14, color="tab:blue", zorder=3)
+                ax.hlines(d.mean(), i - 0.3, i + 0.3, color="black", linewidth=2, zorder=4)
+            ax.axhline(0, color="grey", linewidth=0.8)
+            ax.set_xticks(range(len(rows)))
+            ax.set_xticklabels([f"{r['method']}\n− {r['baseline']}\n({r['endpoint']}, n={r['seeds']})" for r in rows],
+                               fontsize=7)
+            ax.set_title(name)
+            ax.set_ylabel("paired difference (method − baseline)")
     return path
 
 

@@ -44,7 +44,7 @@ from gtpo_verl.cpu.launch import (  # noqa: E402
     DAPO_CLIPS, DYNAMIC_SAMPLING, ESTIMATOR_KNOBS, NO_KL, kill_group, launch, reward_function, run_sizes,
     sampled_validation,
 )
-from gtpo_verl.trainer.metrics_file import RESUMED_FROM, read_metrics_file  # noqa: E402
+from gtpo_verl.trainer.metrics_file import read_metrics_file  # noqa: E402
 
 # DAPO's knobs (verl-recipe dapo/run_dapo_qwen2.5_32b.sh) at toy scale, shared by the DAPO runs: its clips,
 # dynamic sampling exactly as the recipes set it, no KL
@@ -107,15 +107,8 @@ def sample_memory(proc, memory: dict, cluster=None):
 
 
 def last_training_step(metrics_path: str) -> int:
-    """The newest training step logged in ``metrics_path`` (0 before the first)."""
-    step = 0
-    if os.path.exists(metrics_path):
-        for line in open(metrics_path):
-            if line.strip():
-                row = json.loads(line)
-                if "timing_s/step" in row["data"]:
-                    step = max(step, int(row["step"]))
-    return step
+    """The newest training step logged in ``metrics_path`` (0 before the first; a line still being written is skipped)."""
+    return max((step for step, data in read_metrics_file(metrics_path).steps.items() if "timing_s/step" in data), default=0)
 
 
 def drill_watch(kind: str, metrics_path: str, stall_file: str):
@@ -132,15 +125,12 @@ def drill_watch(kind: str, metrics_path: str, stall_file: str):
 
 def check_drill(kind: str, launches: list[dict], metrics_path: str, steps: int, log_path: str) -> dict:
     """What a relaunch after an interruption must show: no step skipped, the repeats marked, the state restored."""
-    lines = [json.loads(line) for line in open(metrics_path) if line.strip()] if os.path.exists(metrics_path) else []
-    markers = [i for i, row in enumerate(lines) if RESUMED_FROM in row["data"]]
-    first = [row for row in lines[: markers[0]]] if markers else lines
-    second = lines[markers[0] + 1:] if markers else []
-    by_step = lambda rows: {r["step"]: r["data"] for r in rows if "timing_s/step" in r["data"]}  # noqa: E731
-    before, after = by_step(first), by_step(second)
     log = read_metrics_file(metrics_path)
+    by_step = lambda attempt: {k: v for k, v in attempt.items() if "timing_s/step" in v}  # noqa: E731
+    before = by_step(log.by_attempt[0]) if log.by_attempt else {}
+    after = by_step(log.by_attempt[1]) if len(log.by_attempt) > 1 else {}
     trained = sorted(k for k, v in log.steps.items() if "timing_s/step" in v)
-    resumed_from = lines[markers[0]]["data"][RESUMED_FROM] if markers else None
+    resumed_from = log.resumed_from[0][2] if log.resumed_from else None
     checks = {
         "interrupted": launches[0]["returncode"] == (-signal.SIGKILL if kind == "sigkill" else 3),
         "resumed_from_checkpoint": resumed_from == DRILL_SAVE_FREQ and min(after, default=0) == DRILL_SAVE_FREQ + 1,
@@ -182,23 +172,19 @@ PAPER_A_SCALE = {"GTPO_TRAJ": 1 / 20}  # Paper A's reward is on a 0-20 scale: dr
 
 
 def draw(summary: dict, history: dict, path: str, reward_scale: dict[str, float] = PAPER_A_SCALE) -> None:
-    import matplotlib
+    """One panel per ``CURVES`` metric, a line per run (``gtpo_verl/tools/figures.py``, the package's figure writer)."""
+    from gtpo_verl.tools.figures import figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(CURVES), figsize=(5 * len(CURVES), 3.6))
-    for axis, (key, label) in zip(axes, CURVES.items()):
-        for run, rows in history.items():
-            scale = reward_scale.get(run, 1) if key == "critic/score/mean" else 1
-            points = [(r["step"], r[key] * scale) for r in rows if key in r]
-            if points:
-                axis.plot(*zip(*points), marker="o", label=run + (f" (reward × {scale:.3g})" if scale != 1 else ""))
-        axis.set_title(label)
-        axis.set_xlabel("step")
-    axes[0].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with figure(path, len(CURVES)) as (_, axes):
+        for axis, (key, label) in zip(axes, CURVES.items()):
+            for run, rows in history.items():
+                scale = reward_scale.get(run, 1) if key == "critic/score/mean" else 1
+                points = [(r["step"], r[key] * scale) for r in rows if key in r]
+                if points:
+                    axis.plot(*zip(*points), marker="o", label=run + (f" (reward × {scale:.3g})" if scale != 1 else ""))
+            axis.set_title(label)
+            axis.set_xlabel("step")
+        axes[0].legend()
 
 
 def train_run(run: str, launches: list[tuple[str, list[str]]], run_dir: str, steps: int, timeout: int,

@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     print(f"{payload['steps_total']} steps in {payload['wall_s']} s ({payload['steps_per_s']} steps/s, {args.workers} workers) "
           f"→ {os.path.join(args.out, 'results.json')}{smoke}")
     for row in payload["verdicts"]["primary"]:
-        print(f"  {row['task']:10s} {row['id']:22s} {row['verdict']:13s} diff {row['mean_difference']:+.3f} "
+        print(f"  {row['task']:10s} {row['id']:32s} {row['verdict']:13s} diff {row['mean_difference']:+.3f} "
               f"[{row['ci95'][0]:+.3f}, {row['ci95'][1]:+.3f}]  p_holm {row['p_holm']:.3g}")
     return 0
 

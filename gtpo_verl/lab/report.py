@@ -1,7 +1,8 @@
 """results.json, the markdown table and the figures (mean over seeds + one thin line per seed).
 
-The figures need matplotlib (a dependency of the lab: ``pip install -c requirements/test.txt matplotlib``);
-without it ``figures`` returns no file and the study prints one line saying so.
+The figures are drawn by the package's figure writer (``gtpo_verl/tools/figures.py``) and need matplotlib
+(a dependency of the lab: ``pip install -c requirements/test.txt matplotlib``); without it ``figures``
+returns no file and the study prints one line saying so.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from typing import Any
 import numpy as np
 
 from gtpo_verl.lab.stats import mean_and_sample_std
+from gtpo_verl.lab.verdicts import ENDPOINT_STEPS, PARTIAL_GAIN
+from gtpo_verl.tools.figures import INSTALL, figure, pyplot
 
 CURVE_FIGURES = ("reward", "entropy", "entropy_decision", "entropy_forced", "length", "kept_groups", "prompts_sampled", "clipfrac")
 VALIDATION_FIGURES = ("pass@1", "pass@16")
 MOVING_MEAN = 10
-FIGURES_SKIPPED = ("figures skipped: matplotlib is not installed; install it (pip install -c requirements/test.txt matplotlib) "
+FIGURES_SKIPPED = ("figures skipped: matplotlib is not installed; install it (" + INSTALL + ") "
                    "and rebuild them with python -m gtpo_verl.lab --from-runs {results} --out {out}")
 SMOKE_BANNER = ("**Smoke run (`--quick`: {seeds} seeds × {steps} steps): it checks that every method runs end to end; "
                 "its numbers and verdicts are not a study.**")
@@ -141,9 +144,9 @@ def markdown_table(payload: dict[str, Any]) -> str:
                          f"{run_mean('prompts_sampled', 1)} | {stalled} | {run_mean('clipfrac', 4)} | {run_mean('delta_filtered_frac')} | "
                          f"{bonus} | {states} |")
         lines.append("")
-    lines += ["Mean ± sample std over seeds of each run's endpoint (entropy, H decision / forced and length: the last 50 steps, on the "
+    lines += [f"Mean ± sample std over seeds of each run's endpoint (entropy, H decision / forced and length: the last {ENDPOINT_STEPS} steps, on the "
               "responses to each step's first training batch, the same population for every method; drawdown after learning: over "
-              "the seeds that reached P₀ + 0.1, their count in brackets). Kept groups, prompts per step, "
+              f"the seeds that reached P₀ + {PARTIAL_GAIN}, their count in brackets). Kept groups, prompts per step, "
               "clipfrac, δ filtered and the GTPO bonus share are run means averaged over seeds; stalled steps are summed over seeds.", ""]
     lines += _calibration_lines(payload)
     lines += family_table("### Verdicts: the papers' claims (one direction each, Holm over all of them; scored only above the "
@@ -188,12 +191,8 @@ def _moving_mean(series: np.ndarray, window: int) -> np.ndarray:
 
 def figures(payload: dict[str, Any], folder: str) -> list[str]:
     """One PNG per task: a panel per metric, a colour per method, mean bold and each seed thin; [] without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     os.makedirs(folder, exist_ok=True)
     written = []
@@ -202,38 +201,30 @@ def figures(payload: dict[str, Any], folder: str) -> list[str]:
     for task in sorted({r["task"] for r in payload["runs"]}):
         panels = [p for p in CURVE_FIGURES if any(np.isfinite(r["curves"].get(p, [np.nan])).any() for r in payload["runs"] if r["task"] == task)]
         panels += list(VALIDATION_FIGURES)
-        cols = 4
-        fig, axes = plt.subplots(-(-len(panels) // cols), cols, figsize=(20, 4.2 * -(-len(panels) // cols)), squeeze=False)
-        for ax in axes.flat[len(panels):]:
-            ax.axis("off")
-        for ax, name in zip(axes.flat, panels):
-            for method in payload["methods"]:
-                runs = [r for r in payload["runs"] if r["task"] == task and r["method"] == method]
-                if not runs:
-                    continue
-                if name in CURVE_FIGURES:
-                    raw = np.array([r["curves"].get(name, []) for r in runs], dtype=np.float64)
-                    if raw.size == 0 or not np.isfinite(raw).any():
-                        continue
-                    window = min(MOVING_MEAN, raw.shape[1])
-                    series = np.array([_moving_mean(s, window) for s in raw])
-                    x = np.arange(series.shape[1]) + window
-                else:
-                    x = np.array([v["step"] for v in runs[0]["validation"]])
-                    series = np.array([[v[name] for v in r["validation"]] for r in runs], dtype=np.float64)
-                for s in series:
-                    ax.plot(x, s, color=colours[method], alpha=0.15, linewidth=0.6)
-                with np.errstate(invalid="ignore"), warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)  # a step no seed measured stays a gap
-                    ax.plot(x, np.nanmean(series, 0), color=colours[method], linewidth=2.0, label=method)
-            ax.set_title(name + (f" ({MOVING_MEAN}-step moving mean)" if name in CURVE_FIGURES else " (validation, fixed samples)"))
-            ax.set_xlabel("step")
-        handles, labels = axes.flat[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=7, fontsize=9)
-        fig.suptitle(f"gtpo_verl lab: {task} (bold: mean over seeds; thin: one seed){smoke}")
-        fig.tight_layout(rect=(0, 0.06, 1, 0.97))
         path = os.path.join(folder, f"{task}.png")
-        fig.savefig(path, dpi=80)
-        plt.close(fig)
+        with figure(path, len(panels), columns=4, title=f"gtpo_verl lab: {task} (bold: mean over seeds; thin: one seed){smoke}",
+                    shared_legend=True) as (_, axes):
+            for ax, name in zip(axes, panels):
+                for method in payload["methods"]:
+                    runs = [r for r in payload["runs"] if r["task"] == task and r["method"] == method]
+                    if not runs:
+                        continue
+                    if name in CURVE_FIGURES:
+                        raw = np.array([r["curves"].get(name, []) for r in runs], dtype=np.float64)
+                        if raw.size == 0 or not np.isfinite(raw).any():
+                            continue
+                        window = min(MOVING_MEAN, raw.shape[1])
+                        series = np.array([_moving_mean(s, window) for s in raw])
+                        x = np.arange(series.shape[1]) + window
+                    else:
+                        x = np.array([v["step"] for v in runs[0]["validation"]])
+                        series = np.array([[v[name] for v in r["validation"]] for r in runs], dtype=np.float64)
+                    for s in series:
+                        ax.plot(x, s, color=colours[method], alpha=0.15, linewidth=0.6)
+                    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)  # a step no seed measured stays a gap
+                        ax.plot(x, np.nanmean(series, 0), color=colours[method], linewidth=2.0, label=method)
+                ax.set_title(name + (f" ({MOVING_MEAN}-step moving mean)" if name in CURVE_FIGURES else " (validation, fixed samples)"))
+                ax.set_xlabel("step")
         written.append(path)
     return written

@@ -40,7 +40,7 @@ recorded) is excluded, never dropped in silence: the row lists each excluded see
 
 Families, each Holm-corrected on its own (per task rows pooled over the study's tasks):
 
-- ``primary`` (``PRIMARY_CLAIMS``): the papers' claims, method vs baseline on the same seeds, one
+- ``primary`` (``PRIMARY_CLAIMS``, ids ``lab-…``): the papers' claims, method vs baseline on the same seeds, one
   direction each, Holm-corrected within each paper (Paper B's rows one family, Paper A's another).
   Paper B: entropy, length and pass@8 higher under GTPO-token and GRPO-S than DAPO. Paper A, on its
   paper preset (``GTPO_TRAJ_PAPER``, the primary arm): a lower ``entropy_peak_ratio`` (less collapse)
@@ -84,7 +84,10 @@ from gtpo_verl.lab.stats import (
 )
 
 ENDPOINT_EVALS = 4
+"""The lab's validation endpoint window: the last 4 validations (pass@k; the last 75 steps at the default spacing)."""
 ENDPOINT_STEPS = 50
+"""The lab's training endpoint window: the last 50 training steps (entropy, entropy on decisions and forced tokens,
+length). The lab's only end-of-run window over training steps (``gtpo_verl/lab/claim_ids.py`` lists each context's)."""
 PEAK_WINDOW = 10
 FLAT_ENTROPY_RATIO = 1.25
 SOLVED_PASS1 = 0.9
@@ -107,6 +110,7 @@ NO_VALUE = {"drawdown_after_learning": f"never reached P₀ + {PARTIAL_GAIN} pas
 @dataclass(frozen=True)
 class Claim:
     id: str
+    """Unique across the project (``gtpo_verl/lab/claim_ids.py``)."""
     paper: str
     text: str
     method: str
@@ -117,17 +121,18 @@ class Claim:
 
 
 PRIMARY_CLAIMS = (
-    Claim("B-entropy-token", "B", "entropy rises under GTPO (token) vs DAPO", "DAPO_TOKEN", "DAPO", "entropy", +1),
-    Claim("B-entropy-seq", "B", "entropy rises under GRPO-S vs DAPO", "DAPO_SEQ", "DAPO", "entropy", +1),
-    Claim("B-length-token", "B", "response length rises under GTPO (token) vs DAPO", "DAPO_TOKEN", "DAPO", "length", +1),
-    Claim("B-length-seq", "B", "response length rises under GRPO-S vs DAPO", "DAPO_SEQ", "DAPO", "length", +1),
-    Claim("B-pass8-token", "B", "pass@8 (below saturation) improves under GTPO (token) vs DAPO", "DAPO_TOKEN", "DAPO", "pass@8", +1),
-    Claim("B-pass8-seq", "B", "pass@8 (below saturation) improves under GRPO-S vs DAPO", "DAPO_SEQ", "DAPO", "pass@8", +1),
-    Claim("A-no-collapse", "A", "GTPO-trajectory (paper preset) collapses less than GRPO (lower peak entropy ratio max H_t/H_0)",
-          "GTPO_TRAJ_PAPER", "GRPO", "entropy_peak_ratio", -1),
-    Claim("A-steadier", "A", "GTPO-trajectory (paper preset) is steadier than GRPO once learned (smaller pass@1 drawdown "
-          "after first reaching P_0 + 0.1)", "GTPO_TRAJ_PAPER", "GRPO", "drawdown_after_learning", -1),
+    Claim("lab-B-entropy-token", "B", "entropy rises under GTPO (token) vs DAPO", "DAPO_TOKEN", "DAPO", "entropy", +1),
+    Claim("lab-B-entropy-seq", "B", "entropy rises under GRPO-S vs DAPO", "DAPO_SEQ", "DAPO", "entropy", +1),
+    Claim("lab-B-length-token", "B", "response length rises under GTPO (token) vs DAPO", "DAPO_TOKEN", "DAPO", "length", +1),
+    Claim("lab-B-length-seq", "B", "response length rises under GRPO-S vs DAPO", "DAPO_SEQ", "DAPO", "length", +1),
+    Claim("lab-B-pass8-token", "B", "pass@8 (below saturation) improves under GTPO (token) vs DAPO", "DAPO_TOKEN", "DAPO", "pass@8", +1),
+    Claim("lab-B-pass8-seq", "B", "pass@8 (below saturation) improves under GRPO-S vs DAPO", "DAPO_SEQ", "DAPO", "pass@8", +1),
+    Claim("lab-A-entropy-peak", "A", "GTPO-trajectory (paper preset) collapses less than GRPO (lower peak entropy ratio "
+          "max H_t/H_0)", "GTPO_TRAJ_PAPER", "GRPO", "entropy_peak_ratio", -1),
+    Claim("lab-A-steady-once-learned", "A", "GTPO-trajectory (paper preset) is steadier than GRPO once learned (smaller pass@1 "
+          "drawdown after first reaching P_0 + 0.1)", "GTPO_TRAJ_PAPER", "GRPO", "drawdown_after_learning", -1),
 )
+"""Each claim's id is unique across the project (``gtpo_verl/lab/claim_ids.py``): ``lab-`` + paper + what it tests."""
 SENSITIVITY = (
     # δ as the paper leaves it open (the official 0.7 nats, and × ⟨H⟩_ini) on Paper A's own endpoints and three more
     *((m, "GRPO", e) for m in ("GTPO_TRAJ", "GTPO_TRAJ_D08", "GTPO_TRAJ_D10", "GTPO_TRAJ_D12")

@@ -89,34 +89,34 @@ def _steady_study(never_learns=(), baseline_never_learns=()):
 
 def test_excluded_pairs_are_reported_with_their_reason_never_dropped():
     result = verdicts(_steady_study(never_learns=(0, 1), baseline_never_learns=(2,)))
-    row = next(r for r in result["primary"] if r["id"] == "A-steadier")
+    row = next(r for r in result["primary"] if r["id"] == "lab-A-steady-once-learned")
     assert row["seeds"] == 7 and row["paired_seeds"] == [3, 4, 5, 6, 7, 8, 9] and row["excluded_pairs"] == 3
     assert [e["seed"] for e in row["excluded"]] == [0, 1, 2]
     assert all("GTPO_TRAJ_PAPER: never reached" in e["reason"] for e in row["excluded"][:2])
     assert row["excluded"][2]["reason"].startswith("GRPO: never reached")
     # the continuous collapse endpoint has a value on every seed: nothing excluded there
-    collapse = next(r for r in result["primary"] if r["id"] == "A-no-collapse")
+    collapse = next(r for r in result["primary"] if r["id"] == "lab-A-entropy-peak")
     assert collapse["seeds"] == 10 and collapse["excluded_pairs"] == 0
     # every pair excluded (a method that never learns): the row stays, with no pairs and no verdict
-    row = next(r for r in verdicts(_steady_study(never_learns=range(10)))["primary"] if r["id"] == "A-steadier")
+    row = next(r for r in verdicts(_steady_study(never_learns=range(10)))["primary"] if r["id"] == "lab-A-steady-once-learned")
     assert row["seeds"] == 0 and row["excluded_pairs"] == 10 and row["verdict"] == "no pairs"
 
 
 def test_the_twin_rule_on_runs():
     # effect -0.08 on all 10 seeds, twin 0: exact Wilcoxon p = 2/2^10 = 0.00195, Holm over the two rows that ran
-    # (A-no-collapse, A-steadier; A-no-collapse's p is 1 with every peak ratio 1) gives 0.0039 < 0.05: supported
-    row = next(r for r in verdicts(_steady_study())["primary"] if r["id"] == "A-steadier")
+    # (lab-A-entropy-peak, lab-A-steady-once-learned; lab-A-entropy-peak's p is 1 with every peak ratio 1) gives 0.0039 < 0.05: supported
+    row = next(r for r in verdicts(_steady_study())["primary"] if r["id"] == "lab-A-steady-once-learned")
     assert row["mean_difference"] == pytest.approx(-0.08) and row["twin"] == "GRPO_TWIN"
     assert row["twin_mean_difference"] == pytest.approx(0.0) and row["twin_seeds"] == 10
     assert row["p"] == pytest.approx(2 / 1024) and row["p_holm"] == pytest.approx(4 / 1024) and row["verdict"] == "supported"
     # the twin moved exactly as far as the method (both fall to 0.38): the same effect is not scored, however small its p
     runs = [dict(r, validation=[dict(v, **{"pass@1": p}) for v, p in zip(r["validation"], [0.2, 0.4, 0.38, 0.38])])
             if r["method"] == "GRPO_TWIN" else r for r in _steady_study()]
-    row = next(r for r in verdicts(runs)["primary"] if r["id"] == "A-steadier")
+    row = next(r for r in verdicts(runs)["primary"] if r["id"] == "lab-A-steady-once-learned")
     assert row["twin_mean_difference"] == pytest.approx(row["mean_difference"]) == pytest.approx(-0.08)
     assert row["p_holm"] < 0.05 and row["verdict"] == "not above the null twin"
     # no twin run: not scored either
-    row = next(r for r in verdicts([r for r in _steady_study() if r["method"] != "GRPO_TWIN"])["primary"] if r["id"] == "A-steadier")
+    row = next(r for r in verdicts([r for r in _steady_study() if r["method"] != "GRPO_TWIN"])["primary"] if r["id"] == "lab-A-steady-once-learned")
     assert row["twin_mean_difference"] is None and row["verdict"] == "no null twin"
 
 

@@ -103,12 +103,12 @@ def test_verdicts_follow_the_rule():
     runs += [_run("DAPO_TOKEN", s, 0.9 + 0.01 * s, 0.4, 0.9) for s in range(10)]  # entropy higher on every seed
     result = verdicts(runs)
     rows = {r["id"]: r for r in result["primary"]}
-    assert set(rows) == {"B-entropy-token", "B-length-token", "B-pass8-token"}
+    assert set(rows) == {"lab-B-entropy-token", "lab-B-length-token", "lab-B-pass8-token"}
     # exact Wilcoxon, 10 of 10 positive: 2/1024; Holm over the three claims: ×3
-    assert rows["B-entropy-token"]["p"] == pytest.approx(2 / 1024)
-    assert rows["B-entropy-token"]["p_holm"] == pytest.approx(6 / 1024)
-    assert rows["B-entropy-token"]["verdict"] == "supported"  # and above the twin's effect, 0
-    assert rows["B-length-token"]["verdict"] == "not above the null twin"  # identical lengths: effect 0, the twin's 0
-    assert rows["B-pass8-token"]["verdict"] == "no pairs"  # these runs record no pass@8: every seed excluded, reported
-    assert rows["B-pass8-token"]["excluded_pairs"] == 10
+    assert rows["lab-B-entropy-token"]["p"] == pytest.approx(2 / 1024)
+    assert rows["lab-B-entropy-token"]["p_holm"] == pytest.approx(6 / 1024)
+    assert rows["lab-B-entropy-token"]["verdict"] == "supported"  # and above the twin's effect, 0
+    assert rows["lab-B-length-token"]["verdict"] == "not above the null twin"  # identical lengths: effect 0, the twin's 0
+    assert rows["lab-B-pass8-token"]["verdict"] == "no pairs"  # these runs record no pass@8: every seed excluded, reported
+    assert rows["lab-B-pass8-token"]["excluded_pairs"] == 10
     assert result["end_states"]["t/DAPO"] == {"partial": 10}

@@ -72,7 +72,10 @@ def test_the_code_is_the_pre_registration(study):
     assert {(family, arm) for family, arm, _ in arms} == {(a.family, name) for name, a in study.ARMS.items()}
     families = _table(section, "| family | method − baseline | endpoint | direction |")
     registered = {(family, pair, endpoint, direction.split(" ")[0]) for family, pair, endpoint, direction in families}
-    coded = {(family, f"{method}` − `{baseline}", endpoint, {1: "+", -1: "−", 0: "two-sided"}[direction].rstrip())
+    # each family under its project-wide id in the code, its registered name in the text
+    assert set(study.REGISTERED_FAMILY_IDS.values()) == set(study.FAMILIES)
+    name = {family_id: registered_name for registered_name, family_id in study.REGISTERED_FAMILY_IDS.items()}
+    coded = {(name[family], f"{method}` − `{baseline}", endpoint, {1: "+", -1: "−", 0: "two-sided"}[direction].rstrip())
              for family, comparisons in study.FAMILIES.items() for method, baseline, endpoint, direction in comparisons}
     assert {(f, p, e, d.rstrip(";")) for f, p, e, d in registered} == coded
     assert study.STEPS == 6 and study.SEEDS == tuple(range(8)) and (study.VAL_PROMPTS, study.VAL_SAMPLES) == (64, 8)
@@ -101,6 +104,24 @@ def test_endpoints_are_the_registered_ones(study):
     # steps 4-6: entropy (1.5 + 1.4 + 1.3)/3, length (20 + 22)/2 (a missing value is left out)
     assert study.endpoints(record) == pytest.approx({"val_acc": 0.4, "entropy": 1.4, "length": 21.0,
                                                      "reward_change": (0.5 + 0.5 + 0.6) / 3 - (0.1 + 0.2 + 0.3) / 3})
+    # the two windows, each defined once: the registered 6 steps cut in half
+    assert (study.FIRST_HALF, study.SECOND_HALF, study.SECOND_HALF_LABEL) == (slice(None, 3), slice(3, None), "steps 4-6")
+    assert "averaged over steps 4-6" in PAGE and study.SECOND_HALF_LABEL in study.render({"arms": {}, "families": {}}, {}, {})
+
+
+def test_the_committed_runs_keep_their_endpoints_and_their_scores(study):
+    """Every committed run file's stored endpoints are what ``endpoints`` computes from its series, and the
+    committed scores (read with their family ids, ``read_scores``) are what scoring the run files they list
+    gives, exactly. Nothing is written: the run files are only read."""
+    runs = study.load_runs(study.RUNS_DIR)
+    assert runs and all(study.endpoints(run) == run["endpoints"] for run in runs)
+    committed = study.read_scores(os.path.join(study.STUDY_DIR, "scores.json"))
+    assert set(committed["families"]) == set(study.FAMILIES)
+    scored = [r for r in runs if f"{r['arm']}__seed{r['seed']}" in committed["runs"]]
+    result = study.score(scored)
+    result.update(mechanism=study.mechanism_by_arm(scored), machine=study.machine_by_arm(scored),
+                  runs=sorted(f"{r['arm']}__seed{r['seed']}" for r in scored))
+    assert json.loads(json.dumps(result)) == committed
 
 
 def _run(arm, seed, val_acc, entropy=2.0, length=20.0):
@@ -130,7 +151,7 @@ def test_scoring_by_hand(study):
 
 def test_too_few_pairs_are_untestable_never_no_difference(study):
     runs = [_run(arm, seed, v) for seed in range(2) for arm, v in (("DAPO", 0.4), ("DAPO_TOKEN", 0.9))]
-    row = study.score(runs)["families"]["B-accuracy"][0]
+    row = study.score(runs)["families"]["lm-B-accuracy"][0]
     assert row["seeds"] == 2 and not row["testable"] and row["verdict"] == "untestable at n = 2"
 
 
@@ -182,13 +203,13 @@ def test_a_family_is_scored_on_the_seeds_complete_for_all_its_rows(study):
             for arm in ("DAPO", "DAPO_TOKEN", "DAPO_TOKEN_NO_ENTROPY")]
     runs.append(_run("DAPO", 8, 0.9))  # a seed only one arm finished: in no pair
     runs += [_run("DAPO_TOKEN_ROW", seed, 0.5) for seed in range(3)]  # a late arm enters with all its seeds only
-    family = study.score(runs)["families"]["B-accuracy"]
+    family = study.score(runs)["families"]["lm-B-accuracy"]
     assert [(r["method"], r["baseline"]) for r in family] == [("DAPO_TOKEN", "DAPO"), ("DAPO_TOKEN", "DAPO_TOKEN_NO_ENTROPY"),
                                                             ("DAPO_TOKEN_NO_ENTROPY", "DAPO")]
     assert all(r["seeds"] == 8 and r["paired_seeds"] == list(range(8)) for r in family)
     # a seed missing from one arm of the family drops from every row of it
     partial = [r for r in runs if not (r["arm"] == "DAPO_TOKEN_NO_ENTROPY" and r["seed"] == 7)]
-    assert all(r["seeds"] == 7 for r in study.score(partial)["families"]["B-accuracy"])
+    assert all(r["seeds"] == 7 for r in study.score(partial)["families"]["lm-B-accuracy"])
 
 
 def test_the_scores_are_written_as_json_markdown_and_a_figure(study, tmp_path):

@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 import pytest
+from support import resumed_metrics as hand
 from support.paths import FIXTURES
 
 from gtpo_verl.tools.report import load_runs
@@ -87,6 +88,20 @@ def test_a_requeued_run_keeps_the_last_write_of_each_metric_and_says_which_steps
     assert run.values[validation][run.steps.tolist().index(10)] == by_step[10][validation] + 1000.0
     note = next(n for n in run.notes if "written more than once" in n)
     assert "the last write is shown" in note and "step 9, 10, 11, 12" in note
+
+
+def test_the_report_reads_through_the_one_reader_and_its_resume_rule(tmp_path):
+    """The hand-written resumed file (tests/support/resumed_metrics.py): the report's values are the one
+    reader's, by its rule: a metric only the superseded attempt logged at a retrained step is gone."""
+    path = hand.write_resumed_metrics(tmp_path / "metrics.jsonl")
+    run = read_run([str(path)])
+    assert run.steps.tolist() == [1, 2, 3, 4] and "gtpo/health/x" not in run.values
+    assert_run_equals(run, hand.EXPECTED_STEPS)
+    assert run.values["critic/score/mean"].tolist() == [0.10, 0.25, 0.35, 0.40]
+    assert run.rewritten == hand.REWRITTEN
+    assert any(f"line {hand.MARKER_LINE}: the run resumed from its checkpoint of step {hand.RESUMED_FROM_STEP}" in n
+               for n in run.notes)
+    assert any("6 value(s) at 2 step(s) were written more than once" in n and "step 2, 3" in n for n in run.notes)
 
 
 def test_attempts_that_start_at_the_same_step_are_ordered_by_modification_time(tmp_path):

@@ -1,5 +1,6 @@
-"""Resumes lose nothing: verl's metric file is appended to (with a marker) instead of truncated, readers keep
-the last attempt of each step, and a checkpoint without gtpo_state.json is refused before Ray starts.
+"""Resumes lose nothing: verl's metric file is appended to (with a marker) instead of truncated, the one
+reader keeps the last write of a step logged more than once, and a checkpoint without gtpo_state.json is
+refused before Ray starts.
 
 The kill-and-resume and watchdog-and-resume drills on the real pipeline are in examples/cpu_demo/run_demo.py
 (``make demo``, run by CI): a SIGKILL after a checkpoint and a watchdog exit 3, each relaunched.
@@ -11,6 +12,7 @@ import os
 import pytest
 
 from gtpo_verl.trainer.metrics_file import RESUMED_FROM, file_logger_path, read_metrics_file, resumed_file_logger
+from support import resumed_metrics as hand
 from support.bad_inputs import BASE
 from support.hydra import compose_gtpo, with_overrides
 
@@ -34,15 +36,25 @@ def test_reader_keeps_the_last_attempt_of_each_step(tmp_path):
     assert log.steps[3]["critic/score/mean"] == 0.3 and [r["step"] for r in log.rows()] == list(range(9))
 
 
+def test_a_step_logged_more_than_once_keeps_its_last_write(tmp_path):
+    """The resume rule on a file written by hand (tests/support/resumed_metrics.py: the expected values by hand)."""
+    path = hand.write_resumed_metrics(tmp_path / "metrics.jsonl")
+    log = read_metrics_file(str(path))
+    assert log.steps == hand.EXPECTED_STEPS
+    assert log.repeated_steps == hand.REPEATED_STEPS and log.rewritten == hand.REWRITTEN and log.attempts == 2
+    assert log.resumed_from == [(str(path), hand.MARKER_LINE, hand.RESUMED_FROM_STEP)] and log.skipped_lines == {}
+    assert sorted(log.by_attempt[0]) == [1, 2, 3] and sorted(log.by_attempt[1]) == [2, 3, 4]
+
+
 def test_reader_finds_a_restart_without_a_marker_and_names_a_bad_line(tmp_path):
     path = tmp_path / "run.jsonl"
     path.write_text("".join([_line(s, **{"timing_s/step": 1.0, "x": s}) for s in (1, 2, 3)]
                             + [_line(s, **{"timing_s/step": 1.0, "x": 10 * s}) for s in (3, 4)]))
     log = read_metrics_file(str(path))
     assert log.repeated_steps == [3] and log.steps[3]["x"] == 30 and log.steps[4]["x"] == 40
-    path.write_text(_line(1, x=1) + "{not json\n")
-    with pytest.raises(ValueError, match=r"run.jsonl:2: not a verl metric line"):
-        read_metrics_file(str(path))
+    path.write_text(_line(1, x=1) + "{not json\n" + _line(2, x=2) + '{"step": true, "data": {}}\n')
+    log = read_metrics_file(str(path))  # a write cut off when a job was killed: skipped, its line named
+    assert log.steps == {1: {"x": 1}, 2: {"x": 2}} and log.skipped_lines == {str(path): [2, 4]}
 
 
 def test_a_resumed_run_appends_to_verls_file_logger(tmp_path, monkeypatch):

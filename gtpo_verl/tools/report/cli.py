@@ -23,8 +23,8 @@ def parser() -> argparse.ArgumentParser:
         prog="gtpo-report",
         description="One offline HTML page from verl's file-logger metrics (trainer.logger=[...,file]): "
                     "the gtpo-dashboard panels, runs overlaid, seeds as mean and band, configs and warnings.",
-        epilog="RUN: a metrics file (*.jsonl), a run folder (its *.jsonl are the run's attempts, merged: last write "
-               "wins; .hydra/config.yaml, validation/ and *.log beside them are read too), a folder of run folders, "
+        epilog="RUN: a metrics file (*.jsonl), a run folder (its *.jsonl are the run's attempts; a step "
+               "logged more than once keeps its last write; .hydra/config.yaml, validation/ and *.log beside them are read too), a folder of run folders, "
                "or NAME=PATH. Runs named <method>_seed<k> are drawn as one method over seeds. docs/report.md.",
     )
     p.add_argument("runs", nargs="+", metavar="RUN", help="metrics file, run folder, folder of run folders, or NAME=PATH")

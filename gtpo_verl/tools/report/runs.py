@@ -2,20 +2,18 @@
 
 verl 0.9.1's ``FileLogger`` (``trainer.logger`` with ``file``; ``verl/utils/tracking.py``) writes
 one line per ``Tracking.log`` call, ``{"step": N, "data": {metric: value}}``, to
-``$VERL_FILE_LOGGER_PATH``, else ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl``, and
-opens that file with ``"wb"``: a relaunch on the same path starts it afresh, so a requeued or
-resumed run keeps its attempts apart only as separate files. A run is therefore one or more
-files; they are read in order (first step logged, then modification time, then name) and every
-(step, metric) keeps the last value written. A run that resumes from an earlier checkpoint
-logs some steps again (and ``val_before_train`` logs the resume step's validation again): those
-rewrites are counted and listed, never hidden. NaN and ±inf reach the file as ``null`` (orjson).
+``$VERL_FILE_LOGGER_PATH``, else ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl``. A run is
+one or more such files (a requeued run's attempts as separate files, or one file a resumed run
+appended to), read by the package's one reader, ``gtpo_verl.trainer.metrics_file.read_metrics_file``,
+and its resume rule: a step logged more than once keeps its last write. The steps logged again (a
+resumed run trains the steps after its checkpoint again, and ``val_before_train`` validates the
+resume step again), the resume markers and the lines that are not metric lines are listed on the
+page, never hidden. NaN and ±inf reach the file as ``null`` (orjson).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -24,16 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from gtpo_verl.trainer.metrics_file import RESUMED_FROM
-
-try:  # verl's own JSON library (a verl dependency); json is the fallback
-    import orjson
-
-    _loads = orjson.loads
-    _DecodeError: tuple = (orjson.JSONDecodeError, UnicodeDecodeError)
-except ImportError:  # pragma: no cover - orjson comes with verl
-    _loads = json.loads
-    _DecodeError = (json.JSONDecodeError, UnicodeDecodeError)
+from gtpo_verl.trainer.metrics_file import MetricFile, MetricsFile, read_metrics_file
 
 # "<method>_seed<k>" (the demos' run names) → group "<method>", seed k
 SEED_SUFFIX = re.compile(r"^(?P<group>.+?)[_\-. ]?seed[_\-]?(?P<seed>\d+)$", re.IGNORECASE)
@@ -45,14 +34,6 @@ NOTE_EXAMPLES = 5
 
 class ReportInputError(ValueError):
     """Input the report cannot use; the message is one line that names the input and the fix."""
-
-
-@dataclass
-class MetricFile:
-    path: str
-    rows: int
-    first_step: Optional[int]
-    last_step: Optional[int]
 
 
 @dataclass
@@ -97,34 +78,13 @@ def _examples(items: list, limit: int = NOTE_EXAMPLES) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def _read_rows(path: str, notes: list[str]) -> list[tuple[int, dict]]:
-    """The file's ``(step, data)`` rows in file order; unreadable lines are skipped with a note."""
-    rows, bad = [], []
-    with open(path, "rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = _loads(line)
-            except _DecodeError:
-                try:  # a writer other than verl's may spell NaN / Infinity, which only json accepts
-                    row = json.loads(line)
-                except ValueError:
-                    bad.append(number)
-                    continue
-            step, data = (row.get("step"), row.get("data")) if isinstance(row, dict) else (None, None)
-            if isinstance(step, bool) or not isinstance(step, int) or not isinstance(data, dict):
-                bad.append(number)
-                continue
-            if RESUMED_FROM in data:  # the line a resumed run writes before appending (trainer/metrics_file.py)
-                notes.append(f"{path}: line {number}: the run resumed from its checkpoint of step {data[RESUMED_FROM]}; "
-                             "the steps after it were trained again")
-                continue
-            rows.append((step, data))
-    if bad:
-        notes.append(f"{path}: {len(bad)} line(s) skipped, not a {{\"step\": N, \"data\": {{...}}}} JSON object "
-                     f"(a write cut off when the job stopped?): line {_examples(bad)}")
-    return rows
+def _reading_notes(log: MetricsFile) -> list[str]:
+    """What the one reader found in the files, as the page's notes: resume markers and skipped lines."""
+    notes = [f"{path}: line {number}: the run resumed from its checkpoint of step {step}; the steps after it were trained again"
+             for path, number, step in log.resumed_from]
+    notes += [f"{path}: {len(bad)} line(s) skipped, not a {{\"step\": N, \"data\": {{...}}}} JSON object "
+              f"(a write cut off when the job stopped?): line {_examples(bad)}" for path, bad in log.skipped_lines.items()]
+    return notes
 
 
 def _columns(merged: dict[int, dict], steps: np.ndarray):
@@ -171,30 +131,16 @@ def _columns(merged: dict[int, dict], steps: np.ndarray):
 
 
 def read_run(paths: list[str], name: Optional[str] = None, folder: Optional[str] = None) -> Run:
-    """Merge the metric files ``paths`` of one run (last write wins per step and metric)."""
+    """The metric files ``paths`` of one run, read by ``read_metrics_file`` (a step logged more than once keeps
+    its last write)."""
     if not paths:
         raise ReportInputError(f"run {name!r}: no metrics files (verl's file logger *.jsonl) given")
-    notes: list[str] = []
-    read = []
     for path in paths:
         if not os.path.isfile(path):
             raise ReportInputError(f"{path}: no such metrics file")
-        rows = _read_rows(path, notes)
-        steps = [step for step, _ in rows]
-        read.append((min(steps) if steps else math.inf, os.path.getmtime(path), path, rows))
-    read.sort(key=lambda item: item[:3])  # attempts in the order they were written
-    merged: dict[int, dict] = {}
-    rewritten: dict[int, int] = {}
-    files = []
-    for _, _, path, rows in read:
-        for step, data in rows:
-            into = merged.setdefault(step, {})
-            again = len(into.keys() & data.keys())
-            if again:
-                rewritten[step] = rewritten.get(step, 0) + again
-            into.update(data)
-        steps = [step for step, _ in rows]
-        files.append(MetricFile(os.path.abspath(path), len(rows), min(steps, default=None), max(steps, default=None)))
+    log = read_metrics_file(*paths)
+    notes = _reading_notes(log)
+    merged, rewritten, files = log.steps, log.rewritten, log.files
     if not merged:
         raise ReportInputError(f"run {name or paths[0]!r}: no metric rows in {', '.join(paths)} "
                                "(expected verl's file logger JSONL: {\"step\": N, \"data\": {...}} per line)")
@@ -240,7 +186,7 @@ def expand_inputs(inputs) -> list[tuple[Optional[str], list[str], Optional[str]]
 
     - a metrics file is one run;
     - ``NAME=FOLDER``, a mapping ``{name: folder}``, or a Hydra run folder (``.hydra/config.yaml``)
-      is one run whose ``*.jsonl`` are its attempts (merged: last write wins);
+      is one run whose ``*.jsonl`` are its attempts (a step logged more than once keeps its last write);
     - any other folder is a project: each ``*.jsonl`` in it is a run (verl's
       ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl``) and each subfolder holding
       ``*.jsonl`` is a run folder (the demos' ``<out>/<run>/``);

@@ -23,7 +23,7 @@ from typing import Optional
 
 import numpy as np
 
-from gtpo_verl.tools.report.runs import _DecodeError, _loads
+from gtpo_verl.trainer.metrics_file import _DecodeError, _loads
 from gtpo_verl.trainer.validation_metrics import PREFIX as LOGGED_PREFIX
 from gtpo_verl.trainer.validation_metrics import validation_metrics
 
