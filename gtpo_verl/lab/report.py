@@ -86,6 +86,7 @@ def family_table(title: str, rows: list[dict], claim_column: bool, extra_columns
     return lines + [""]
 
 
+OPPOSITE_COLUMNS = (("p opposite (Holm)", lambda row: "–" if row.get("p_holm_opposite") is None else _fmt(row["p_holm_opposite"], 4)),)
 TWIN_COLUMNS = (("null twin", lambda row: row.get("twin") or "–"),
                 ("twin's mean diff (seeds)", lambda row: "–" if row.get("twin_mean_difference") is None
                  else f"{_fmt(row['twin_mean_difference'])} ({row['twin_seeds']})"))
@@ -149,8 +150,9 @@ def markdown_table(payload: dict[str, Any]) -> str:
               f"the seeds that reached P₀ + {PARTIAL_GAIN}, their count in brackets). Kept groups, prompts per step, "
               "clipfrac, δ filtered and the GTPO bonus share are run means averaged over seeds; stalled steps are summed over seeds.", ""]
     lines += _calibration_lines(payload)
-    lines += family_table("### Verdicts: the papers' claims (one direction each, Holm over all of them; scored only above the "
-                          "null twin's effect)", verdicts["primary"], True, TWIN_COLUMNS)
+    lines += family_table("### Verdicts: the papers' claims (one-sided in the claimed direction, Holm within each paper; scored "
+                          "only above the null twin's effect; the opposite direction's Holm p decides `contradicted`)",
+                          verdicts["primary"], True, OPPOSITE_COLUMNS + TWIN_COLUMNS)
     lines += _excluded_lines(verdicts)
     for name, title in (("sensitivity", "Sensitivity: the knobs the papers leave open"), ("context", "Context: vs DAPO"),
                         ("null", "Null: GRPO and DAPO each against its twin on another sampler stream (identical methods)")):

@@ -1,4 +1,5 @@
-"""Paired statistics on per-seed endpoints: exact sign test, Wilcoxon signed-rank (exact), Holm, bootstrap CI;
+"""Paired statistics on per-seed endpoints: exact sign test, Wilcoxon signed-rank (exact; two-sided, and
+one-sided where a claim states a direction), Holm, bootstrap CI;
 the seed spread (mean ± sample std, pooled std) and the effect a test can detect with it.
 
 Pure numpy/math (no scipy needed). Each test takes the paired differences d_s = x_s − y_s of
@@ -34,48 +35,103 @@ def sign_test(differences: Sequence[float]) -> float:
     return min(1.0, 2.0 * tail)
 
 
-def wilcoxon_signed_rank(differences: Sequence[float]) -> float:
-    """Two-sided exact Wilcoxon signed-rank p-value (average ranks for ties in |d|); 1 when n = 0.
+EXACT_MAX_PAIRS = 50
+"""Up to this many nonzero pairs the signed-rank null is exact (its counts stay below 2⁵³, exact in float64)."""
 
-    The null distribution of W+ is enumerated over all 2^n sign patterns for n ≤ 20; above that
-    the normal approximation with tie correction is used.
-    """
-    d = nonzero_differences(differences)
+
+def _signed_ranks(d: np.ndarray) -> np.ndarray:
+    """Ranks of |d| from 1, averaged over tied magnitudes (within ``ZERO_TOLERANCE``)."""
     n = d.size
-    if n == 0:
-        return 1.0
     magnitude = np.abs(d)
     order = np.argsort(magnitude, kind="stable")
     ranks = np.empty(n)
     sorted_mag = magnitude[order]
     i = 0
-    while i < n:  # average ranks over tied magnitudes
+    while i < n:
         j = i
         while j + 1 < n and abs(sorted_mag[j + 1] - sorted_mag[i]) <= ZERO_TOLERANCE:
             j += 1
         ranks[order[i : j + 1]] = (i + j) / 2.0 + 1.0
         i = j + 1
+    return ranks
+
+
+def _doubled_w_plus_null(ranks: np.ndarray) -> np.ndarray:
+    """P(2·W+ = k) for k = 0 … 2·Σranks under the null (each sign ±, independently, with probability ½), by
+    dynamic programming over the ranks (average ranks are multiples of ½, so 2·rank is an integer)."""
+    doubled = np.rint(2 * ranks).astype(np.int64)
+    counts = np.zeros(int(doubled.sum()) + 1)
+    counts[0] = 1.0
+    for r in doubled:
+        shifted = np.zeros_like(counts)
+        shifted[r:] = counts[: counts.size - r]
+        counts = counts + shifted
+    return counts / counts.sum()
+
+
+def _normal_tail(w_plus: float, ranks: np.ndarray, upper: bool) -> float:
+    """P(W+ ≥ w_plus) (``upper``) or P(W+ ≤ w_plus), normal approximation with continuity and tie corrections."""
+    n = ranks.size
+    mean = float(ranks.sum()) / 2.0
+    _, tie_counts = np.unique(ranks, return_counts=True)
+    var = n * (n + 1) * (2 * n + 1) / 24.0 - (tie_counts**3 - tie_counts).sum() / 48.0
+    if var <= 0:
+        return 1.0
+    z = ((w_plus - mean) - 0.5) / math.sqrt(var) if upper else ((mean - w_plus) - 0.5) / math.sqrt(var)
+    return float(min(1.0, 0.5 * math.erfc(z / math.sqrt(2.0))))
+
+
+def wilcoxon_signed_rank(differences: Sequence[float]) -> float:
+    """Two-sided exact Wilcoxon signed-rank p-value (average ranks for ties in |d|); 1 when n = 0.
+
+    The null distribution of W+ is exact (dynamic programming over the ranks) up to ``EXACT_MAX_PAIRS``
+    nonzero pairs; above that the normal approximation with tie correction is used.
+    """
+    d = nonzero_differences(differences)
+    n = d.size
+    if n == 0:
+        return 1.0
+    ranks = _signed_ranks(d)
     w_plus = float(ranks[d > 0].sum())
     total = float(ranks.sum())
-    if n <= 20:
-        doubled = (2 * ranks).astype(np.int64)  # average ranks are multiples of ½
-        counts = np.zeros(int(doubled.sum()) + 1)
-        counts[0] = 1.0
-        for r in doubled:  # distribution of 2·W+ by dynamic programming over signs
-            shifted = np.zeros_like(counts)
-            shifted[r:] = counts[: counts.size - r]
-            counts = counts + shifted
-        counts /= counts.sum()
+    if n <= EXACT_MAX_PAIRS:
+        counts = _doubled_w_plus_null(ranks)
         observed = int(round(2 * w_plus))
         mirrored = int(round(2 * (total - w_plus)))
         low, high = min(observed, mirrored), max(observed, mirrored)
         p = counts[: low + 1].sum() + counts[high:].sum() if low != high else 1.0
         return float(min(1.0, p))
-    mean = total / 2.0
-    _, tie_counts = np.unique(ranks, return_counts=True)
-    var = n * (n + 1) * (2 * n + 1) / 24.0 - (tie_counts**3 - tie_counts).sum() / 48.0
-    z = (abs(w_plus - mean) - 0.5) / math.sqrt(var) if var > 0 else 0.0
-    return float(min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2.0))))
+    return float(min(1.0, 2.0 * min(_normal_tail(w_plus, ranks, True), _normal_tail(w_plus, ranks, False))))
+
+
+def wilcoxon_signed_rank_one_sided(differences: Sequence[float], direction: int) -> float:
+    """One-sided exact Wilcoxon signed-rank p-value for differences shifted in ``direction`` (+1: positive, so
+    P(W+ ≥ observed); −1: negative, P(W+ ≤ observed)); 1 when n = 0. Exact up to ``EXACT_MAX_PAIRS`` pairs,
+    else the normal approximation (as ``wilcoxon_signed_rank``)."""
+    if direction not in (1, -1):
+        raise ValueError(f"direction must be +1 or -1, got {direction!r}")
+    d = nonzero_differences(differences)
+    if d.size == 0:
+        return 1.0
+    ranks = _signed_ranks(d)
+    w_plus = float(ranks[d > 0].sum())
+    if d.size > EXACT_MAX_PAIRS:
+        return _normal_tail(w_plus, ranks, upper=direction > 0)
+    counts = _doubled_w_plus_null(ranks)
+    observed = int(round(2 * w_plus))
+    return float(min(1.0, counts[observed:].sum() if direction > 0 else counts[: observed + 1].sum()))
+
+
+def sign_test_one_sided(differences: Sequence[float], direction: int) -> float:
+    """One-sided exact sign-test p-value for ``direction`` (+1: P(Bin(n, ½) ≥ #positive); −1: ≥ #negative); 1 when n = 0."""
+    if direction not in (1, -1):
+        raise ValueError(f"direction must be +1 or -1, got {direction!r}")
+    d = nonzero_differences(differences)
+    n = d.size
+    if n == 0:
+        return 1.0
+    k = int((d > 0).sum() if direction > 0 else (d < 0).sum())
+    return float(sum(math.comb(n, i) for i in range(k, n + 1)) / 2.0**n)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -102,9 +158,10 @@ def bootstrap_mean_ci(differences: Sequence[float], seed: int = 0, resamples: in
     return (float(np.quantile(means, alpha)), float(np.quantile(means, 1.0 - alpha)))
 
 
-def smallest_exact_p(n: int) -> float:
-    """The smallest two-sided p-value an exact sign or signed-rank test can give with n nonzero pairs: 2/2ⁿ."""
-    return min(1.0, 2.0 / 2.0**n)
+def smallest_exact_p(n: int, sides: int = 2) -> float:
+    """The smallest p-value an exact sign or signed-rank test can give with n nonzero pairs: 2/2ⁿ two-sided,
+    1/2ⁿ one-sided (``sides=1``)."""
+    return min(1.0, sides / 2.0**n)
 
 
 def seeds_for_power(
@@ -113,14 +170,16 @@ def seeds_for_power(
     power: float = 0.8,
     effect: float | None = None,
     family_size: int | None = None,
+    sides: int = 2,
 ) -> int | None:
-    """Paired seeds needed to detect ``effect`` (default: the observed mean difference) by a two-sided z approximation.
+    """Paired seeds needed to detect ``effect`` (default: the observed mean difference) by a z approximation,
+    two-sided (``sides=2``) or one-sided (``sides=1``, a claim with a stated direction).
 
-    n = ((z_{1−α'/2} + z_{power}) · sd / effect)², with sd the sample std of the differences.
+    n = ((z_{1−α'/sides} + z_{power}) · sd / effect)², with sd the sample std of the differences.
 
     Without ``family_size``: α' = α, and 0 when sd or the effect is 0 (the pilot formula).
     With ``family_size`` m (a Holm family): α' = α/m, the threshold Holm holds its smallest p to,
-    and n is at least the fewest pairs whose exact test can reach it (2/2ⁿ ≤ α/m); None when the
+    and n is at least the fewest pairs whose exact test can reach it (sides/2ⁿ ≤ α/m); None when the
     observed effect is 0 or fewer than two differences exist (no effect to power for). A constant
     nonzero difference needs that floor only.
     """
@@ -128,7 +187,9 @@ def seeds_for_power(
     sd = float(d.std(ddof=1)) if d.size > 1 else float("nan")
     effect = abs(float(d.mean())) if effect is None else abs(effect)
     level = alpha if family_size is None else alpha / family_size
-    z = NormalDist().inv_cdf(1.0 - level / 2.0)
+    if sides not in (1, 2):
+        raise ValueError(f"sides must be 1 or 2, got {sides!r}")
+    z = NormalDist().inv_cdf(1.0 - level / sides)
     z_power = NormalDist().inv_cdf(power)
     if family_size is None:
         if not (sd > 0 and effect > 0):
@@ -136,7 +197,7 @@ def seeds_for_power(
         return int(math.ceil(((z + z_power) * sd / effect) ** 2))
     if not (d.size > 1 and effect > 0):
         return None
-    floor = max(1, math.ceil(math.log2(2.0 / level)))  # the fewest pairs with smallest_exact_p(n) ≤ level
+    floor = max(1, math.ceil(math.log2(sides / level)))  # the fewest pairs with smallest_exact_p(n, sides) ≤ level
     return max(floor, int(math.ceil(((z + z_power) * sd / effect) ** 2)) if sd > 0 else floor)
 
 
@@ -185,5 +246,5 @@ def std_gap_null_rate(seeds: int = 3, draws: int = 200_000, seed: int = 0, ddof:
     return float(np.mean(gap > a.std(1, ddof=ddof) + b.std(1, ddof=ddof)))
 
 
-__all__ = ["sign_test", "wilcoxon_signed_rank", "holm", "bootstrap_mean_ci", "seeds_for_power", "smallest_exact_p", "nonzero_differences",
+__all__ = ["sign_test", "sign_test_one_sided", "wilcoxon_signed_rank", "wilcoxon_signed_rank_one_sided", "holm", "bootstrap_mean_ci", "seeds_for_power", "smallest_exact_p", "nonzero_differences",
            "mean_and_sample_std", "pooled_std", "min_detectable_effect", "std_gap_flags", "std_gap_null_rate"]

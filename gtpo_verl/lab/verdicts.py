@@ -49,9 +49,11 @@ Families, each Holm-corrected on its own (per task rows pooled over the study's 
   The null-twin rule (``TWINS``): each claim's baseline has a twin, the same method on another sampler
   stream (GRPO_TWIN for GRPO, DAPO_TWIN for DAPO), and the twin's effect (its mean paired difference
   against the same baseline, on the same endpoint, over the claim's paired seeds where the twin has a value)
-  is computed beside the claim's. A claim is scored only where its effect exceeds the twin's in size,
-  |method − baseline| > |twin − baseline|: then ``supported`` if Holm p < ``ALPHA`` and the mean paired
-  difference has the claimed sign, ``contradicted`` if Holm p < ``ALPHA`` with the opposite sign, else
+  is computed beside the claim's. Each claim is tested one-sided (the paper states its direction), in the
+  claimed direction and, separately, in the opposite one, each Holm-corrected within the paper's rows. A
+  claim is scored only where its effect exceeds the twin's in size, |method − baseline| > |twin − baseline|:
+  then ``supported`` if the claimed direction's Holm p < ``ALPHA`` and the mean paired difference has the
+  claimed sign, ``contradicted`` if the opposite direction's Holm p < ``ALPHA`` with the opposite sign, else
   ``inconclusive``. A claim whose effect is not above its twin's reads ``not above the null twin`` (both
   effects on the row), and one whose twin did not run reads ``no null twin``: neither is scored;
 - ``sensitivity`` (``SENSITIVITY``): the knobs the papers leave open (δ: official 0.7 nats and × ⟨H⟩_ini;
@@ -61,8 +63,8 @@ Families, each Holm-corrected on its own (per task rows pooled over the study's 
   methods, so every row should read ``no difference detected`` (at Holm's family-wise rate α).
 
 The last three are two-sided, reported as ``higher`` / ``lower`` / ``no difference detected``.
-Test: exact Wilcoxon signed-rank on continuous endpoints, exact sign test on 0/1 indicators (its p
-alongside on every row). Each row carries the paired mean difference, its seeded bootstrap 95 %
+Test: exact Wilcoxon signed-rank on continuous endpoints, exact sign test on 0/1 indicators (the two-sided
+sign test's p alongside on every row); one-sided for the primary claims, two-sided for the other families. Each row carries the paired mean difference, its seeded bootstrap 95 %
 interval, the smallest p its exact test could reach with its pairs, and the seeds a z
 approximation says 80 % power needs at
 Holm's strictest threshold α/m of its family (never fewer than the exact test needs to get there;
@@ -79,8 +81,8 @@ from typing import Any, Optional
 import numpy as np
 
 from gtpo_verl.lab.stats import (
-    ZERO_TOLERANCE, bootstrap_mean_ci, holm, nonzero_differences, seeds_for_power, sign_test, smallest_exact_p,
-    wilcoxon_signed_rank,
+    ZERO_TOLERANCE, bootstrap_mean_ci, holm, nonzero_differences, seeds_for_power, sign_test, sign_test_one_sided,
+    smallest_exact_p, wilcoxon_signed_rank, wilcoxon_signed_rank_one_sided,
 )
 
 ENDPOINT_EVALS = 4
@@ -289,16 +291,24 @@ def paired_row(table: dict, task: str, method: str, baseline: str, endpoint: str
             "excluded_pairs": len(excluded), "excluded": excluded, "per_seed": [float(x) for x in d]}
 
 
-def holm_family(family: list[dict]) -> None:
+def holm_family(family: list[dict], sides: int = 2) -> None:
     """Holm over one family of ``paired_row`` rows (in place): ``p_holm``, the rounded per-seed differences
-    and the seeds 80 % power would need at α / (family size)."""
+    and the seeds 80 % power would need at α / (family size), for ``sides``-sided tests."""
     for row, adjusted in zip(family, holm([row["p"] for row in family])):
         row["p_holm"] = adjusted
     for row in family:
         differences = np.asarray(row.pop("per_seed"), dtype=np.float64)
         row["per_seed_difference"] = differences.round(6).tolist()
-        row["seeds_needed_80pct_power"] = (seeds_for_power(differences, alpha=ALPHA, family_size=len(family))
+        row["seeds_needed_80pct_power"] = (seeds_for_power(differences, alpha=ALPHA, family_size=len(family), sides=sides)
                                            if differences.size else None)
+
+
+def one_sided_test(endpoint: str, differences, direction: int) -> tuple[str, float]:
+    """The exact one-sided test of a claim's ``direction`` on ``endpoint``: the sign test on 0/1 indicators,
+    else the Wilcoxon signed-rank test."""
+    if endpoint in INDICATORS:
+        return "exact one-sided sign test", sign_test_one_sided(differences, direction)
+    return "exact one-sided Wilcoxon signed-rank", wilcoxon_signed_rank_one_sided(differences, direction)
 
 
 def claim_verdict(p_holm: float, mean_difference: float, direction: int) -> str:
@@ -316,14 +326,27 @@ def above_twin(mean_difference: float, twin_difference: Optional[float]) -> bool
     return abs(mean_difference) > abs(twin_difference) + ZERO_TOLERANCE
 
 
-def twin_claim_verdict(p_holm: float, mean_difference: float, direction: int, twin_difference: Optional[float]) -> str:
+def one_sided_claim_verdict(p_holm: float, p_holm_opposite: float, mean_difference: float, direction: int) -> str:
+    """A claim tested one-sided both ways: ``supported`` when the claimed direction's Holm p < ``ALPHA`` and the mean
+    paired difference has the claimed sign, ``contradicted`` when the opposite direction's does with the opposite
+    sign, else ``inconclusive``."""
+    if p_holm < ALPHA and np.sign(mean_difference) == direction:
+        return "supported"
+    if p_holm_opposite < ALPHA and np.sign(mean_difference) == -direction:
+        return "contradicted"
+    return "inconclusive"
+
+
+def twin_claim_verdict(p_holm: float, p_holm_opposite: float, mean_difference: float, direction: int,
+                       twin_difference: Optional[float]) -> str:
     """A primary claim's verdict under the null-twin rule (module docstring): ``no null twin`` without the twin's
-    effect, ``not above the null twin`` when the claim's effect is not larger in size, else ``claim_verdict``."""
+    effect, ``not above the null twin`` when the claim's effect is not larger in size, else
+    ``one_sided_claim_verdict``."""
     if twin_difference is None or not _has_value(twin_difference):
         return "no null twin"
     if not above_twin(mean_difference, twin_difference):
         return "not above the null twin"
-    return claim_verdict(p_holm, mean_difference, direction)
+    return one_sided_claim_verdict(p_holm, p_holm_opposite, mean_difference, direction)
 
 
 def difference_verdict(p_holm: float, mean_difference: float) -> str:
@@ -346,9 +369,11 @@ def twin_effect(table: dict, task: str, baseline: str, endpoint: str, seeds: lis
 
 
 def score_claims(table: dict, tasks: list[str], claims) -> list[dict[str, Any]]:
-    """Every claim (``Claim``) on every task both of its methods ran: the paired row, the seeds whose nonzero
-    difference has the claimed sign (and the opposite one), the null twin's effect on the claim's seeds,
-    Holm within each paper's rows (its family), and ``twin_claim_verdict``.
+    """Every claim (``Claim``) on every task both of its methods ran: the paired row tested one-sided in the
+    claimed direction (``p``; the two-sided p beside it as ``p_two_sided``) and in the opposite one
+    (``p_opposite``), the seeds whose nonzero difference has the claimed sign (and the opposite one), the null
+    twin's effect on the claim's seeds, Holm within each paper's rows (its family) for each direction, and
+    ``twin_claim_verdict``.
 
     ``table`` is ``{(task, method): {seed: {endpoint: value}}}`` (``endpoint_table``'s form); a seed
     pairs when both runs have a value of the endpoint, and every other seed is listed as excluded.
@@ -358,15 +383,24 @@ def score_claims(table: dict, tasks: list[str], claims) -> list[dict[str, Any]]:
         for claim in claims:
             row = paired_row(table, task, claim.method, claim.baseline, claim.endpoint)
             if row is not None:
-                signed = nonzero_differences(row["per_seed"]) * claim.direction
+                differences = row["per_seed"]
+                signed = nonzero_differences(differences) * claim.direction
+                test, p = one_sided_test(claim.endpoint, differences, claim.direction)
+                _, p_opposite = one_sided_test(claim.endpoint, differences, -claim.direction)
                 rows.append({"id": claim.id, "paper": claim.paper, "claim": claim.text, "direction": claim.direction,
-                             **row, "seeds_as_claimed": int((signed > 0).sum()), "seeds_against": int((signed < 0).sum()),
+                             **row, "test": test, "p": p, "p_opposite": p_opposite, "p_two_sided": row["p"],
+                             "smallest_p": smallest_exact_p(len(signed), sides=1),
+                             "seeds_as_claimed": int((signed > 0).sum()), "seeds_against": int((signed < 0).sum()),
                              **twin_effect(table, task, claim.baseline, claim.endpoint, row["paired_seeds"])})
     for paper in sorted({row["paper"] for row in rows}):
-        holm_family([row for row in rows if row["paper"] == paper])
+        family = [row for row in rows if row["paper"] == paper]
+        for row, adjusted in zip(family, holm([row["p_opposite"] for row in family])):
+            row["p_holm_opposite"] = adjusted
+        holm_family(family, sides=1)
     for row in rows:
         row["verdict"] = ("no pairs" if row["seeds"] == 0 else
-                          twin_claim_verdict(row["p_holm"], row["mean_difference"], row["direction"], row["twin_mean_difference"]))
+                          twin_claim_verdict(row["p_holm"], row["p_holm_opposite"], row["mean_difference"], row["direction"],
+                                             row["twin_mean_difference"]))
     return rows
 
 

@@ -103,12 +103,13 @@ def test_excluded_pairs_are_reported_with_their_reason_never_dropped():
 
 
 def test_the_twin_rule_on_runs():
-    # effect -0.08 on all 10 seeds, twin 0: exact Wilcoxon p = 2/2^10 = 0.00195, Holm over the two rows that ran
-    # (lab-A-entropy-peak, lab-A-steady-once-learned; lab-A-entropy-peak's p is 1 with every peak ratio 1) gives 0.0039 < 0.05: supported
+    # effect -0.08 on all 10 seeds, twin 0: exact one-sided Wilcoxon p = 1/2^10, Holm over Paper A's two rows
+    # (lab-A-entropy-peak, lab-A-steady-once-learned; lab-A-entropy-peak's p is 1 with every peak ratio 1) gives 2/1024 < 0.05: supported
     row = next(r for r in verdicts(_steady_study())["primary"] if r["id"] == "lab-A-steady-once-learned")
     assert row["mean_difference"] == pytest.approx(-0.08) and row["twin"] == "GRPO_TWIN"
     assert row["twin_mean_difference"] == pytest.approx(0.0) and row["twin_seeds"] == 10
-    assert row["p"] == pytest.approx(2 / 1024) and row["p_holm"] == pytest.approx(4 / 1024) and row["verdict"] == "supported"
+    assert row["p"] == pytest.approx(1 / 1024) and row["p_holm"] == pytest.approx(2 / 1024) and row["verdict"] == "supported"
+    assert row["p_holm_opposite"] == pytest.approx(1.0)  # 10 of 10 seeds lower: the opposite tail is certain
     # the twin moved exactly as far as the method (both fall to 0.38): the same effect is not scored, however small its p
     runs = [dict(r, validation=[dict(v, **{"pass@1": p}) for v, p in zip(r["validation"], [0.2, 0.4, 0.38, 0.38])])
             if r["method"] == "GRPO_TWIN" else r for r in _steady_study()]
@@ -127,7 +128,7 @@ def _table(method_values, baseline_values, twin_values):
 
 
 @pytest.mark.parametrize("twin_values, verdict, twin_effect", [
-    # effect +1.0 on every seed (p = 2/1024 < 0.05, one claim); the twin's effect is worked out per case
+    # effect +1.0 on every seed (one-sided p = 1/1024 < 0.05, one claim); the twin's effect is worked out per case
     ([1.0] * 10, "not above the null twin", 1.0),       # equal to the method's: not scored
     ([-1.0] * 10, "not above the null twin", -1.0),     # equal in size, opposite sign: not scored
     ([0.5] * 5 + [-0.5] * 5, "supported", 0.0),         # twin mean 0: clearly above
@@ -136,9 +137,17 @@ def _table(method_values, baseline_values, twin_values):
 def test_the_twin_rule_compares_sizes_of_the_mean_effects(twin_values, verdict, twin_effect):
     claim = Claim("c", "B", "x rises", "M", "DAPO", "x", +1)
     row = score_claims(_table([1.0] * 10, [0.0] * 10, twin_values), ["t"], [claim])[0]
-    assert row["mean_difference"] == 1.0 and row["p_holm"] == pytest.approx(2 / 1024)
+    assert row["mean_difference"] == 1.0 and row["p_holm"] == pytest.approx(1 / 1024)
     assert row["twin"] == "DAPO_TWIN" and row["twin_mean_difference"] == pytest.approx(twin_effect)
     assert row["verdict"] == verdict
+
+
+def test_a_claim_against_the_data_is_contradicted_by_the_opposite_tail():
+    # the claim says "rises"; every seed falls by 1 (twin 0): claimed tail p = 1, opposite tail 1/1024 < 0.05
+    claim = Claim("c", "B", "x rises", "M", "DAPO", "x", +1)
+    row = score_claims(_table([-1.0] * 10, [0.0] * 10, [0.0] * 10), ["t"], [claim])[0]
+    assert row["p"] == pytest.approx(1.0) and row["p_holm_opposite"] == pytest.approx(1 / 1024)
+    assert row["test"] == "exact one-sided Wilcoxon signed-rank" and row["verdict"] == "contradicted"
 
 
 def test_above_the_twin_but_not_significant_stays_inconclusive():
@@ -150,16 +159,16 @@ def test_above_the_twin_but_not_significant_stays_inconclusive():
 
 
 def test_holm_runs_within_each_papers_family():
-    # three claims on the same all-positive table (exact Wilcoxon p = 2/1024 each): two of Paper B, one of Paper A.
-    # Holm within each paper: B's two rows get 2·p, A's single row keeps p (pooled over three rows it would be 3·p)
+    # three claims on the same all-positive table (exact one-sided Wilcoxon p = 1/1024 each): two of Paper B, one of
+    # Paper A. Holm within each paper: B's two rows get 2·p, A's single row keeps p (pooled over three rows: 3·p)
     table = {("t", "M"): {s: {"x": 1.0} for s in range(10)}, ("t", "GRPO"): {s: {"x": 0.0} for s in range(10)},
              ("t", "DAPO"): {s: {"x": 0.0} for s in range(10)},
              ("t", "DAPO_TWIN"): {s: {"x": 0.0} for s in range(10)}, ("t", "GRPO_TWIN"): {s: {"x": 0.0} for s in range(10)}}
     claims = [Claim("b1", "B", "x rises", "M", "DAPO", "x", +1), Claim("b2", "B", "x rises", "M", "DAPO", "x", +1),
               Claim("a1", "A", "x rises", "M", "GRPO", "x", +1)]
     rows = {r["id"]: r for r in score_claims(table, ["t"], claims)}
-    assert rows["b1"]["p_holm"] == rows["b2"]["p_holm"] == pytest.approx(4 / 1024)
-    assert rows["a1"]["p_holm"] == pytest.approx(2 / 1024)
+    assert rows["b1"]["p_holm"] == rows["b2"]["p_holm"] == pytest.approx(2 / 1024)
+    assert rows["a1"]["p_holm"] == pytest.approx(1 / 1024)
 
 
 def test_the_row_share_arm_is_dapo_token_with_s20():

@@ -12,10 +12,12 @@ from gtpo_verl.lab.stats import (
     min_detectable_effect,
     seeds_for_power,
     sign_test,
+    sign_test_one_sided,
     smallest_exact_p,
     std_gap_flags,
     std_gap_null_rate,
     wilcoxon_signed_rank,
+    wilcoxon_signed_rank_one_sided,
 )
 from gtpo_verl.lab.verdicts import end_state, verdicts
 
@@ -34,6 +36,51 @@ def test_wilcoxon_exact_by_hand():
     # [1, -2, 3, 4, 5]: W− = 2; patterns with W− ≤ 2 are {}, {1}, {2} → 3/32, two-sided 6/32
     assert wilcoxon_signed_rank([1, -2, 3, 4, 5]) == pytest.approx(6 / 32)
     assert wilcoxon_signed_rank([0.0, 0.0]) == 1.0
+
+
+def test_one_sided_tests_by_hand():
+    # all five positive: W+ = 15, the largest of 32 sign patterns: 1/32 upward, 32/32 downward
+    assert wilcoxon_signed_rank_one_sided([1, 2, 3, 4, 5], +1) == pytest.approx(1 / 32)
+    assert wilcoxon_signed_rank_one_sided([1, 2, 3, 4, 5], -1) == pytest.approx(1.0)
+    # [1, -2, 3, 4, 5]: W+ = 13; patterns with W+ ≥ 13 are those with W− ≤ 2: {}, {1}, {2} → 3/32
+    assert wilcoxon_signed_rank_one_sided([1, -2, 3, 4, 5], +1) == pytest.approx(3 / 32)
+    assert wilcoxon_signed_rank_one_sided([-1, -2, -3], -1) == pytest.approx(1 / 8)
+    # sign test: 8 positive, 1 negative, 1 tie: P(Bin(9, ½) ≥ 8) = (9 + 1) / 512; the other way P(≥ 1) = 511/512
+    assert sign_test_one_sided([1, 2, 3, 4, 5, 6, 7, 8, -1, 0], +1) == pytest.approx(10 / 512)
+    assert sign_test_one_sided([1, 2, 3, 4, 5, 6, 7, 8, -1, 0], -1) == pytest.approx(511 / 512)
+    assert wilcoxon_signed_rank_one_sided([0.0], +1) == sign_test_one_sided([], -1) == 1.0
+    assert smallest_exact_p(10, sides=1) == pytest.approx(1 / 1024)
+    with pytest.raises(ValueError, match="direction"):
+        wilcoxon_signed_rank_one_sided([1.0], 0)
+
+
+def _enumerated_w_plus_tail(d, direction):
+    """P(W+ ≥ w) (direction +1) or P(W+ ≤ w) by listing all 2ⁿ sign patterns of the average ranks (independent of
+    the dynamic programme under test)."""
+    import itertools
+
+    d = [x for x in d if abs(x) > 1e-12]
+    mags = sorted(abs(x) for x in d)
+    rank = {m: (2 * mags.index(m) + mags.count(m) + 1) / 2 for m in mags}
+    ranks = [rank[abs(x)] for x in d]
+    w = sum(r for r, x in zip(ranks, d) if x > 0)
+    hits = sum(1 for signs in itertools.product((0, 1), repeat=len(d))
+               if (lambda s: s >= w - 1e-9 if direction > 0 else s <= w + 1e-9)(sum(r for r, b in zip(ranks, signs) if b)))
+    return hits / 2 ** len(d)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_sided_wilcoxon_equals_enumeration_with_ties(seed):
+    rng = np.random.default_rng(seed)
+    d = rng.integers(-4, 6, size=12).astype(float)  # integer values: tied magnitudes and zeros on purpose
+    for direction in (+1, -1):
+        assert wilcoxon_signed_rank_one_sided(d, direction) == pytest.approx(_enumerated_w_plus_tail(d, direction), abs=1e-12)
+
+
+def test_the_exact_tests_stay_exact_at_thirty_pairs():
+    # 30 positive differences: one-sided 1/2³⁰, two-sided 2/2³⁰ (a normal approximation would give about 1e-6)
+    assert wilcoxon_signed_rank_one_sided(np.arange(1.0, 31.0), +1) == pytest.approx(2.0**-30, rel=1e-9)
+    assert wilcoxon_signed_rank(np.arange(1.0, 31.0)) == pytest.approx(2.0**-29, rel=1e-9)
 
 
 @pytest.mark.parametrize(
@@ -104,9 +151,10 @@ def test_verdicts_follow_the_rule():
     result = verdicts(runs)
     rows = {r["id"]: r for r in result["primary"]}
     assert set(rows) == {"lab-B-entropy-token", "lab-B-length-token", "lab-B-pass8-token"}
-    # exact Wilcoxon, 10 of 10 positive: 2/1024; Holm over the three claims: ×3
-    assert rows["lab-B-entropy-token"]["p"] == pytest.approx(2 / 1024)
-    assert rows["lab-B-entropy-token"]["p_holm"] == pytest.approx(6 / 1024)
+    # exact one-sided Wilcoxon, 10 of 10 positive: 1/1024 (two-sided 2/1024); Holm over Paper B's three claims: ×3
+    assert rows["lab-B-entropy-token"]["p"] == pytest.approx(1 / 1024)
+    assert rows["lab-B-entropy-token"]["p_two_sided"] == pytest.approx(2 / 1024)
+    assert rows["lab-B-entropy-token"]["p_holm"] == pytest.approx(3 / 1024)
     assert rows["lab-B-entropy-token"]["verdict"] == "supported"  # and above the twin's effect, 0
     assert rows["lab-B-length-token"]["verdict"] == "not above the null twin"  # identical lengths: effect 0, the twin's 0
     assert rows["lab-B-pass8-token"]["verdict"] == "no pairs"  # these runs record no pass@8: every seed excluded, reported
