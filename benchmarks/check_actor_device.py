@@ -37,6 +37,7 @@ Writes ``check_actor_device.json`` (after each setting, so that a stopped run ke
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import math
@@ -85,8 +86,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
 # so its bounds catch a wrong position, row or mask (nats), not a precision change
 TOLERANCES = {"fp32": {"max": 1e-2, "mean": 1e-3}, "bf16": {"max": 2.5, "mean": 0.25}}
 LEARNING_RATE = 1e-5  # Adam's first step moves every parameter with a gradient by about this much
-METHODS = ("DAPO_TOKEN", "DAPO_SEQ")
-ESTIMATOR_OF = {"DAPO_TOKEN": "gtpo_token", "DAPO_SEQ": "grpo_s"}
+METHODS = ("DAPO_TOKEN", "DAPO_SEQ")  # rows of the method table (gtpo_verl/config/methods.yaml)
 
 
 class SettingTimeout(Exception):
@@ -240,7 +240,8 @@ def compose(device: torch.device, setting: str, method: str, model_dir: str, ste
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from gtpo_verl.cpu.launch import DAPO_CLIPS, ESTIMATOR_KNOBS, NO_KL
+    from gtpo_verl.methods import METHODS as TABLE
+    from gtpo_verl.methods import pipeline_overrides
     from gtpo_verl.trainer.derive import derive_config
 
     knobs = SETTINGS[setting]
@@ -264,7 +265,8 @@ def compose(device: torch.device, setting: str, method: str, model_dir: str, ste
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={step['micro_batch']}",
         f"actor_rollout_ref.rollout.n={step['group']}",
         f"actor_rollout_ref.actor.optim.lr={LEARNING_RATE}",
-        *NO_KL, *DAPO_CLIPS, *ESTIMATOR_KNOBS[method],
+        # the method's row without dynamic sampling: one update of a fixed batch, no rollout to refill
+        *pipeline_overrides(dataclasses.replace(TABLE[method], dynamic_sampling=False)),
     ]
     name = "gtpo_trainer_cpu" if device.type == "cpu" else "gtpo_trainer"
     with initialize_config_dir(config_dir=str(ROOT / "gtpo_verl" / "config"), version_base=None):
@@ -378,8 +380,8 @@ def run_setting(setting: str, device: torch.device, args, model_dir: str, step: 
             (log_probs, entropy), record = measured(device, lambda: old_log_prob(worker, batch, step["micro_batch"]))
             result["calls"][f"old_log_prob_before_{method}"] = record
         config = configs[method]
-        advantages, _ = get_adv_estimator_fn(ESTIMATOR_OF[method])(rewards, mask, index=uids, config=config.algorithm,
-                                                                   entropys=entropy)
+        advantages, _ = get_adv_estimator_fn(config.algorithm.adv_estimator)(rewards, mask, index=uids,
+                                                                        config=config.algorithm, entropys=entropy)
         worker.set_loss_fn(loss_fn(config))
         before = parameters(worker)
         metrics, record = measured(device, lambda: update(worker, batch, step["micro_batch"], log_probs, advantages))

@@ -42,8 +42,9 @@ sys.path.insert(0, HERE)
 
 from arithmetic_task import write_splits  # noqa: E402
 from convert_lm import OFFLINE, convert  # noqa: E402
-from run_demo import METHOD_KNOBS  # noqa: E402
 from run_lm_demo import SCORER, lm_overrides, parse_args  # noqa: E402
+
+from gtpo_verl.methods import pipeline_overrides  # noqa: E402
 
 STUDY_DIR = os.path.join(ROOT, "docs", "real_lm", "study")
 RUNS_DIR = os.path.join(STUDY_DIR, "runs")
@@ -70,21 +71,21 @@ class Arm:
         return "algorithm.adv_estimator=grpo" not in self.knobs
 
 
-GTPO_TRAJ = tuple(METHOD_KNOBS["GTPO_TRAJ"]) + tuple(SCORER)
+def arm_knobs(method: str) -> tuple[str, ...]:
+    """The arm's method (a row of gtpo_verl/config/methods.yaml) on the study's reward."""
+    return tuple(pipeline_overrides(method) + SCORER)
+
+
 ARMS = {
-    "DAPO": Arm("B", tuple(METHOD_KNOBS["DAPO"] + SCORER), "verl's grpo with DAPO's clips, token-mean, dynamic sampling"),
-    "DAPO_TOKEN": Arm("B", tuple(METHOD_KNOBS["DAPO_TOKEN"] + SCORER), "GTPO (token), α₁ = 0.9, α₂ = 0.1, column share (S18)"),
-    "DAPO_TOKEN_NO_ENTROPY": Arm("B", tuple(METHOD_KNOBS["DAPO_TOKEN"] + SCORER + ["algorithm.gtpo_token.alpha2=0"]),
+    "DAPO": Arm("B", arm_knobs("DAPO"), "verl's grpo with DAPO's clips, token-mean, dynamic sampling"),
+    "DAPO_TOKEN": Arm("B", arm_knobs("DAPO_TOKEN"), "GTPO (token), α₁ = 0.9, α₂ = 0.1, column share (S18)"),
+    "DAPO_TOKEN_NO_ENTROPY": Arm("B", arm_knobs("DAPO_TOKEN_NO_ENTROPY"),
                                 "GTPO (token) with α₂ = 0: the same S21 normalisation, no entropy"),
-    "DAPO_TOKEN_ROW": Arm("B", tuple(METHOD_KNOBS["DAPO_TOKEN"] + SCORER + ["algorithm.gtpo_token.entropy_share=geometric"]),
-                          "GTPO (token) with the row share (S20)"),
-    "GTPO_TRAJ_PAPER": Arm("A", GTPO_TRAJ + ("algorithm.gtpo_traj.preset=paper",),
+    "DAPO_TOKEN_ROW": Arm("B", arm_knobs("DAPO_TOKEN_ROW"), "GTPO (token) with the row share (S20)"),
+    "GTPO_TRAJ_PAPER": Arm("A", arm_knobs("GTPO_TRAJ_PAPER"),
                            "GTPO-trajectory, the paper's rule: δ = 0.7 behind the ⟨H⟩_ini ≤ ln 2 gate (S16)"),
-    "GTPO_TRAJ_RATIO": Arm("A", GTPO_TRAJ + ("algorithm.gtpo_traj.preset=official", "algorithm.gtpo_traj.entropy_threshold_ratio=1.5"),
-                           "GTPO-trajectory, δ = 1.5·⟨H⟩_ini, the regulariser on (γ = 0.1)"),
-    "GTPO_TRAJ_RATIO_NO_REG": Arm("A", GTPO_TRAJ + ("algorithm.gtpo_traj.preset=official",
-                                                    "algorithm.gtpo_traj.entropy_threshold_ratio=1.5", "algorithm.gtpo_traj.gamma=0"),
-                                  "the same with γ = 0 (no entropy regulariser)"),
+    "GTPO_TRAJ_RATIO": Arm("A", arm_knobs("GTPO_TRAJ_SCALED"), "GTPO-trajectory, δ = 1.5·⟨H⟩_ini, the regulariser on (γ = 0.1)"),
+    "GTPO_TRAJ_RATIO_NO_REG": Arm("A", arm_knobs("GTPO_TRAJ_SCALED_NO_REG"), "the same with γ = 0 (no entropy regulariser)"),
 }
 # Holm families: (method, baseline, endpoint, claimed direction: +1 / -1, or 0 for a two-sided comparison);
 # each under its id, unique across the project (gtpo_verl/lab/claim_ids.py): lm- + its registered name

@@ -40,29 +40,20 @@ sys.path.insert(0, HERE)
 
 from task import STALL_FILE_ENV, write_parquet  # noqa: E402
 
-from gtpo_verl.cpu.launch import (  # noqa: E402
-    DAPO_CLIPS, DYNAMIC_SAMPLING, ESTIMATOR_KNOBS, NO_KL, kill_group, launch, reward_function, run_sizes,
-    sampled_validation,
-)
+from gtpo_verl.cpu.launch import kill_group, launch, reward_function, run_sizes, sampled_validation  # noqa: E402
+from gtpo_verl.methods import pipeline_overrides, recipe_overrides  # noqa: E402
 from gtpo_verl.trainer.metrics_file import read_metrics_file  # noqa: E402
 
-# DAPO's knobs (verl-recipe dapo/run_dapo_qwen2.5_32b.sh) at toy scale, shared by the DAPO runs: its clips,
-# dynamic sampling exactly as the recipes set it, no KL
-DAPO_KNOBS = DAPO_CLIPS + DYNAMIC_SAMPLING + NO_KL
-# each method's own knobs on top of DAPO's (the three DAPO runs) or alone (Paper A, KL-free)
-METHOD_KNOBS = {
-    **{method: DAPO_KNOBS + knobs for method, knobs in ESTIMATOR_KNOBS.items()},
-    "GTPO_TRAJ": ["algorithm.adv_estimator=gtpo_traj", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean", *NO_KL],
-}
-DAPO = DAPO_KNOBS + reward_function(f"{HERE}/task.py", "compute_score")
+# each run's method from the one table (gtpo_verl/config/methods.yaml), on the task's reward
+SCORE = reward_function(f"{HERE}/task.py", "compute_score")
+DAPO = recipe_overrides("DAPO") + SCORE  # DAPO's knobs around the estimator: clips, dynamic sampling, no KL
 RUNS = {
-    "DAPO": METHOD_KNOBS["DAPO"] + reward_function(f"{HERE}/task.py", "compute_score"),
-    "DAPO_TOKEN": METHOD_KNOBS["DAPO_TOKEN"] + reward_function(f"{HERE}/task.py", "compute_score"),
-    "DAPO_SEQ": METHOD_KNOBS["DAPO_SEQ"] + reward_function(f"{HERE}/task.py", "compute_score"),
+    "DAPO": pipeline_overrides("DAPO") + SCORE,
+    "DAPO_TOKEN": pipeline_overrides("DAPO_TOKEN") + SCORE,
+    "DAPO_SEQ": pipeline_overrides("DAPO_SEQ") + SCORE,
     # Paper A: KL-free, one update per rollout, its reward scale, the paper preset's ⟨H⟩_ini
     # gate (measured on step 1, restored by the resume)
-    "GTPO_TRAJ": METHOD_KNOBS["GTPO_TRAJ"] + ["algorithm.gtpo_traj.preset=paper"]
-    + reward_function(f"{HERE}/task.py", "compute_score_paper_a"),
+    "GTPO_TRAJ": pipeline_overrides("GTPO_TRAJ_PAPER") + reward_function(f"{HERE}/task.py", "compute_score_paper_a"),
 }
 EXPECTED_GTPO = {
     "DAPO": ["gtpo/entropy/batch_mean"],

@@ -34,22 +34,23 @@ sys.path.insert(0, HERE)
 from arithmetic_task import write_splits  # noqa: E402
 from convert_lm import DEFAULT_OUT as MODEL_DIR  # noqa: E402
 from convert_lm import OFFLINE, convert  # noqa: E402
-from run_demo import METHOD_KNOBS, train_run, write_summary  # noqa: E402
+from run_demo import train_run, write_summary  # noqa: E402
 
 from gtpo_verl.cpu.launch import SharedRayCluster, reward_function, run_sizes, sampled_validation  # noqa: E402
+from gtpo_verl.methods import pipeline_overrides  # noqa: E402
 from gtpo_verl.trainer.health import NOOP_EXIT_STATUS  # noqa: E402
 
 SCORER = reward_function(os.path.join(HERE, "arithmetic_task.py"), "compute_score")
+# each run's method from the one table (gtpo_verl/config/methods.yaml), on verl's gsm8k scorer
 RUNS = {
-    "DAPO": METHOD_KNOBS["DAPO"] + SCORER,
-    "DAPO_TOKEN": METHOD_KNOBS["DAPO_TOKEN"] + SCORER,
-    "DAPO_SEQ": METHOD_KNOBS["DAPO_SEQ"] + SCORER,
+    "DAPO": pipeline_overrides("DAPO") + SCORER,
+    "DAPO_TOKEN": pipeline_overrides("DAPO_TOKEN") + SCORER,
+    "DAPO_SEQ": pipeline_overrides("DAPO_SEQ") + SCORER,
     # Paper A as released (δ at 0.7 nats, no ⟨H⟩_ini gate), KL-free, on the same 0/1 reward: on this model
     # δ filters every response, and the no-op guard (gtpo.health) stops the run at step 3 with exit status 4
-    "GTPO_TRAJ": METHOD_KNOBS["GTPO_TRAJ"] + ["algorithm.gtpo_traj.preset=official"] + SCORER,
+    "GTPO_TRAJ": pipeline_overrides("GTPO_TRAJ") + SCORER,
     # the same with δ scaled to the model: 1.5 × ⟨H⟩_ini, measured on the run's first batch
-    "GTPO_TRAJ_SCALED": METHOD_KNOBS["GTPO_TRAJ"] + ["algorithm.gtpo_traj.preset=official",
-                                                     "algorithm.gtpo_traj.entropy_threshold_ratio=1.5"] + SCORER,
+    "GTPO_TRAJ_SCALED": pipeline_overrides("GTPO_TRAJ_SCALED") + SCORER,
 }
 # runs that must end early: (exit status, the line gtpo_verl prints, at most this many steps trained)
 EXPECTED_STOP = {"GTPO_TRAJ": (NOOP_EXIT_STATUS, "gtpo_verl: the method trains nothing", 2)}

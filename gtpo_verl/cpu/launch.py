@@ -6,7 +6,8 @@ output in a log file, verl's ``FileLogger`` pointed at a metric file (read it wi
 when the run ends, the whole process group goes (the driver and the local Ray cluster it started,
 never other Ray clusters on the machine). Several runs in a row may instead join one
 ``SharedRayCluster``, so that each pays verl's start-up but not Ray's. Beside it, the overrides
-every such run shares: the papers' knobs for the DAPO-family methods and the sizes of a tiny run.
+every such run shares: the reward function, the sizes of a tiny run and sampled validation (a
+method's own overrides are ``gtpo_verl.methods.pipeline_overrides``).
 """
 
 from __future__ import annotations
@@ -22,26 +23,6 @@ from typing import Callable, Optional
 
 CPU_CONFIG = "gtpo_trainer_cpu"
 TIMED_OUT = 124  # the exit status of a launch stopped at its wall-clock limit (as timeout(1) reports it)
-
-NO_KL = ["algorithm.use_kl_in_reward=false", "actor_rollout_ref.actor.use_kl_loss=false"]
-# DAPO's clips (verl-recipe dapo/run_dapo_qwen2.5_32b.sh): clip-higher 0.2/0.28, dual clip c = 10
-DAPO_CLIPS = [
-    "actor_rollout_ref.actor.clip_ratio_low=0.2",
-    "actor_rollout_ref.actor.clip_ratio_high=0.28",
-    "actor_rollout_ref.actor.clip_ratio_c=10.0",
-]
-# DAPO's dynamic sampling as the recipes set it: evict groups whose `acc` is all-equal, refill
-DYNAMIC_SAMPLING = ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"]
-# each DAPO-family method's own estimator, loss and aggregation (Paper B, arXiv:2508.04349)
-ESTIMATOR_KNOBS = {
-    "DAPO": ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
-    "DAPO_TOKEN": ["algorithm.adv_estimator=gtpo_token", "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
-    "DAPO_SEQ": [
-        "algorithm.adv_estimator=grpo_s",
-        "actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s",
-        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
-    ],
-}
 
 
 def reward_function(path: str, name: str) -> list[str]:

@@ -1,9 +1,10 @@
-"""The lab's methods: one table, with the recipes' knobs (recipes/dapo/common.sh, recipes/gtpo_traj/common.sh).
+"""The lab's methods: the package's method table (``gtpo_verl/config/methods.yaml``) plus what only the lab has.
 
-Each row names verl's advantage estimator (``algorithm.adv_estimator``), our advantage
-transforms (``algorithm.adv_transforms``), verl's policy loss mode and aggregation, the clip
-knobs, the update schedule and whether DAPO's dynamic sampling runs. ``--methods`` also takes
-any registered estimator name (run with DAPO's knobs) or ``estimator+transform[+transform]``.
+Each row's estimator (``algorithm.adv_estimator``), advantage transforms, policy loss mode and
+aggregation, knobs and dynamic sampling are the table's, the same rows the pipeline runs; its clips
+too, where the table sets them. The update schedule, the reward scale, the sampler stream, the null
+twins and the rows swept over one knob (δ's ratio, GTPO-token's α₁) are the lab's. ``--methods``
+also takes any registered estimator name (run with DAPO's knobs) or ``estimator+transform[+transform]``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from gtpo_verl.plugin.estimators.grpo_s import GRPO_S
-from gtpo_verl.plugin.estimators.gtpo_token import GTPO_TOKEN
-from gtpo_verl.plugin.estimators.gtpo_traj import GTPO_TRAJ
+from gtpo_verl.methods import METHODS as TABLE
 
 
 @dataclass(frozen=True)
@@ -53,31 +52,40 @@ class Method:
                 "gamma": 1.0, "lam": 1.0, **{k: dict(v) for k, v in self.algorithm.items()}}
 
 
-DAPO = Method(name="DAPO", estimator="grpo")
-# verl's Clip-Cov / KL-Cov act on max(1, int(ratio · tokens)) tokens of a mini-batch. At the
-# recipes' 0.0002 that is 1 token of the lab's ~200-token mini-batches (the floor); 2 % selects about
-# 4 (results.json logs the count, ``cov_selected_tokens``).
-_COV_RATIO = 0.02
-_PAPER_A = dict(dynamic_sampling=False, mini_batches=1, loss_agg_mode="seq-mean-token-mean", reward="paper_a",
-                clip_ratio_high=0.2)
-_OFFICIAL = {"preset": "official"}  # Paper A's released code (docs/spec.md A.8): δ at 0.7 nats
-_PAPER = {"preset": "paper"}  # Paper A's text read literally (docs/spec.md): δ at ln 2 with the ⟨H⟩_ini gate, union λ, no divisor
+def from_table(name: str, **lab: Any) -> Method:
+    """The table's row ``name`` as a lab method, with the lab-only fields ``lab``."""
+    row = TABLE[name]
+    clips = {} if row.clips is None else dict(clip_ratio_low=row.clips.low, clip_ratio_high=row.clips.high,
+                                                clip_ratio_c=row.clips.c)
+    return Method(name=name, estimator=row.estimator, transforms=row.transforms, loss_mode=row.loss_mode or "vanilla",
+                  loss_agg_mode=row.loss_agg_mode, dynamic_sampling=row.dynamic_sampling,
+                  algorithm={row.estimator: dict(row.knobs)} if row.knobs else {}, policy_loss=dict(row.policy_loss),
+                  **{**clips, **lab})
+
+
+DAPO = from_table("DAPO")
+# Paper A's schedule and reward in the lab: one update per rollout (the ratio stays 1), format 10 + correct
+# 10, its clip ε = 0.2 on both sides
+_PAPER_A = dict(mini_batches=1, reward="paper_a", clip_ratio_high=0.2)
 DELTA_RATIOS = (0.8, 1.0, 1.2)
 """δ scaled to the model, × ⟨H⟩_ini: Paper A leaves δ's relation to a model's entropy open."""
 TOKEN_ALPHA1 = (0.5,)
 """GTPO-token's α₁ besides the default 0.9 (α₂ = 1 − α₁): the paper leaves the split open."""
-GRPO = Method(name="GRPO", estimator="grpo", **_PAPER_A)
+GRPO = from_table("GRPO", **_PAPER_A)
+GTPO_TRAJ = from_table("GTPO_TRAJ", **_PAPER_A)
+DAPO_TOKEN = from_table("DAPO_TOKEN")
 
 
 def _gtpo_traj_scaled(ratio: float) -> Method:
     # δ scaled to the model: the package's own key, δ = ratio·⟨H⟩_ini with ⟨H⟩_ini measured on the first batch
-    return Method(name=f"GTPO_TRAJ_D{round(ratio * 10):02d}", estimator=GTPO_TRAJ.name,
-                  algorithm={GTPO_TRAJ.name: {**_OFFICIAL, "entropy_threshold_ratio": ratio}}, **_PAPER_A)
+    knobs = GTPO_TRAJ.algorithm[GTPO_TRAJ.estimator]
+    return dataclasses.replace(GTPO_TRAJ, name=f"GTPO_TRAJ_D{round(ratio * 10):02d}",
+                               algorithm={GTPO_TRAJ.estimator: {**knobs, "entropy_threshold_ratio": ratio}})
 
 
 def _dapo_token_alpha(alpha1: float) -> Method:
-    return dataclasses.replace(DAPO, name=f"DAPO_TOKEN_A{round(alpha1 * 10):02d}", estimator=GTPO_TOKEN.name,
-                               algorithm={GTPO_TOKEN.name: {"alpha1": alpha1, "alpha2": round(1.0 - alpha1, 10)}})
+    return dataclasses.replace(DAPO_TOKEN, name=f"DAPO_TOKEN_A{round(alpha1 * 10):02d}",
+                               algorithm={DAPO_TOKEN.estimator: {"alpha1": alpha1, "alpha2": round(1.0 - alpha1, 10)}})
 
 
 METHODS: dict[str, Method] = {
@@ -85,20 +93,18 @@ METHODS: dict[str, Method] = {
     for m in (
         DAPO,
         dataclasses.replace(DAPO, name="DAPO_TWIN", sampler_stream=1),
-        dataclasses.replace(DAPO, name="DAPO_TOKEN", estimator=GTPO_TOKEN.name),
+        DAPO_TOKEN,
         *(_dapo_token_alpha(a) for a in TOKEN_ALPHA1),
-        dataclasses.replace(DAPO, name="DAPO_TOKEN_ROW", estimator=GTPO_TOKEN.name,
-                            algorithm={GTPO_TOKEN.name: {"entropy_share": "geometric"}}),
-        dataclasses.replace(DAPO, name="DAPO_SEQ", estimator=GRPO_S.name, loss_mode=GRPO_S.policy_loss,
-                            loss_agg_mode=GRPO_S.loss_agg_mode),
-        dataclasses.replace(DAPO, name="DAPO_HIGH_ENTROPY", transforms=({"name": "high_entropy_tokens", "rho": 0.2},)),
-        dataclasses.replace(DAPO, name="DAPO_ENTROPY_ADV", transforms=({"name": "entropy_advantage"},)),
-        dataclasses.replace(DAPO, name="CLIP_COV", loss_mode="clip_cov", policy_loss={"clip_cov_ratio": _COV_RATIO}),
-        dataclasses.replace(DAPO, name="KL_COV", loss_mode="kl_cov", policy_loss={"kl_cov_ratio": _COV_RATIO}),
+        from_table("DAPO_TOKEN_ROW"),
+        from_table("DAPO_SEQ"),
+        from_table("DAPO_HIGH_ENTROPY"),
+        from_table("DAPO_ENTROPY_ADV"),
+        from_table("CLIP_COV"),
+        from_table("KL_COV"),
         GRPO,
         dataclasses.replace(GRPO, name="GRPO_TWIN", sampler_stream=1),
-        Method(name="GTPO_TRAJ", estimator=GTPO_TRAJ.name, algorithm={GTPO_TRAJ.name: _OFFICIAL}, **_PAPER_A),
-        Method(name="GTPO_TRAJ_PAPER", estimator=GTPO_TRAJ.name, algorithm={GTPO_TRAJ.name: _PAPER}, **_PAPER_A),
+        GTPO_TRAJ,
+        from_table("GTPO_TRAJ_PAPER", **_PAPER_A),
         *(_gtpo_traj_scaled(r) for r in DELTA_RATIOS),
     )
 }

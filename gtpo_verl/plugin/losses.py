@@ -57,7 +57,7 @@ def compute_policy_loss_grpo_s(
     from gtpo_verl.plugin.loss_config import GTPOPolicyLossConfig  # imports verl: at call time only
 
     if config is None:
-        raise ValueError("the grpo_s policy loss needs the actor config (clip_ratio_low/high).")
+        raise ValueError(f"the {LOSS_NAME} policy loss needs the actor config (clip_ratio_low/high).")
     clip_low = config.clip_ratio_low if config.clip_ratio_low is not None else config.clip_ratio
     clip_high = config.clip_ratio_high if config.clip_ratio_high is not None else config.clip_ratio
     # the knob's one default is GTPOPolicyLossConfig's; a stock PolicyLossConfig has no such field

@@ -317,7 +317,7 @@ def table_rows(steps: list[dict]) -> list[list[str]]:
     row("entropy: share on each response's top 20 % tokens", lambda s: s["profile"]["top20_share"])
     row("⟨H⟩_ini (nats)", lambda s: s["delta"]["initial_entropy"])
     rows[-1][0] += " [" + ", ".join(sorted({s["delta"]["initial_entropy_source"] for s in steps})) + "]"
-    row("δ (algorithm.gtpo_traj, nats)", lambda s: s["delta"]["threshold"])
+    row(f"δ (algorithm.{trajectory_name}, nats)", lambda s: s["delta"]["threshold"])
     row("δ filters at that δ (responses)", lambda s: s["delta"]["filtered_at_threshold"])
     row("δ filters at 0.7", lambda s: s["delta"]["filtered_at_0.7"])
     row("δ filters at ln 2", lambda s: s["delta"]["filtered_at_ln2"])

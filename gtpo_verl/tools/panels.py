@@ -95,7 +95,7 @@ X_AXIS = "Step"
 NOT_ON_CPU = {
     "training/filter_groups/evicted_samples": "DAPO dynamic sampling (algorithm.filter_groups), off on CPU",
     "perf/max_memory_allocated_gb": "accelerator memory",
-    "gtpo/entropy/initial": "gtpo_traj with the paper preset's ⟨H⟩_ini gate",
+    "gtpo/entropy/initial": "GTPO-trajectory with the paper preset's ⟨H⟩_ini gate",
 }
 
 

@@ -243,6 +243,8 @@ def config_check(config) -> Check:
 
 
 def evaluate(config, nodes: list[Node], silent: list[str], checkpoint_error: Optional[str] = None) -> list[Check]:
+    from gtpo_verl.plugin.losses import LOSS_NAME  # torch, as config_check's validation
+
     checks: list[Check] = [config_check(config)]
     answered = [n for n in nodes if n.report and "task_error" not in n.report]
     where = f"{len(answered)} node{'s' * (len(answered) != 1)}"
@@ -258,7 +260,7 @@ def evaluate(config, nodes: list[Node], silent: list[str], checkpoint_error: Opt
     bad = _per_node(answered, "gtpo_verl")
     checks.append(Check(
         "gtpo_verl", not bad,
-        "; ".join(bad) if bad else f"importable, estimators and grpo_s loss registered with verl on {where}",
+        "; ".join(bad) if bad else f"importable, estimators and {LOSS_NAME} loss registered with verl on {where}",
         "install it in the Python environment Ray runs on that node (`pip install -e .` from the shared checkout), "
         "or ship it with the job: LAUNCHER=ray SHIP_PACKAGE=1 (recipes/launch.sh)",
     ))

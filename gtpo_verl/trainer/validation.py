@@ -176,7 +176,7 @@ def _check_model_paths(config: Any, use_critic: bool, warn) -> None:
             f"`critic.model.path={path}` is not a folder on this machine, and `algorithm.adv_estimator={estimator}` "
             "trains a critic, whose model verl's validate_config loads here on the driver. Set critic.model.path to "
             "a model folder on this machine, or choose an estimator without a critic "
-            "(algorithm.adv_estimator=gtpo_token, grpo_s, gtpo_traj, grpo, ...).",
+            f"(algorithm.adv_estimator={', '.join(ESTIMATORS)}, grpo, ...).",
         )
 
 
