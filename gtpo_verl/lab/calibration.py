@@ -36,6 +36,9 @@ MECHANISM_MIN_RATIO = 1.2
 """Pre-registered: Eq. S18's bonus share on decisions ≥ this × the decisions' share of the success tokens."""
 MECHANISM_GROUP = 16
 """Pre-registered: responses per prompt of the checked batch."""
+STUDY_METHODS = ("DAPO", "DAPO_TWIN", "DAPO_TOKEN", "DAPO_TOKEN_ROW", "DAPO_SEQ")
+"""Paper B's study on a task that passed the check (docs/lab.md): DAPO and its null twin, GTPO-token with the column
+share (S18) and the row share (S20), GRPO-S; at ``MECHANISM_GROUP`` responses per prompt."""
 PROFILE_TARGETS = {"share_above_0.7": 0.2, "median_below": DELTA_OFFICIAL, "pass_rate": (0.3, 0.7), "length": (20, 40)}
 """Reported next to the check, not part of its verdict: about a reasoning LLM's 20 % of tokens above 0.7 nats,
 a median well below 0.7, a training pass rate in 0.3–0.7, responses of 20–40 tokens."""

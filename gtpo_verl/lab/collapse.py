@@ -46,9 +46,10 @@ PILOT_MIN_COLLAPSED_SHARE = 0.5
 """Pre-registered: the setting is kept if at least this share of the pilot's seeds end ``collapsed-flat`` (3 of 5)."""
 CONFIDENT_SHARE = 0.75
 """A prompt is confidently wrong when one wrong answer holds at least this share of its validation samples."""
-STUDY_METHODS = ("GRPO", "GRPO_TWIN", "GTPO_TRAJ_PAPER", "GTPO_TRAJ", "GTPO_TRAJ_D08", "GTPO_TRAJ_D10", "GTPO_TRAJ_D12")
+STUDY_METHODS = ("GRPO", "GRPO_TWIN", "GTPO_TRAJ_PAPER", "GTPO_TRAJ", "GTPO_TRAJ_D10")
 """A kept setting's study: GRPO and its null twin, the paper preset (the primary arm), δ at the official 0.7 nats and
-δ scaled to ⟨H⟩_ini (sensitivity rows); ``verdicts.PRIMARY_CLAIMS`` and ``SENSITIVITY`` score them."""
+δ = ⟨H⟩_ini (sensitivity rows); ``verdicts.PRIMARY_CLAIMS`` and ``SENSITIVITY`` score them. The other scaled rows
+(×0.8, ×1.2) stay in the methods table; five arms keep a study of 24 seeds under 45 minutes on two cores."""
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ def test_tiny_lab_run_writes_the_results_schema(tmp_path):
     traj = [r for r in results["runs"] if r["method"] == "GTPO_TRAJ"]
     assert all(not math.isnan(x) for r in traj for x in r["curves"]["delta_filtered_frac"])  # δ's health metric is logged
     primary = results["verdicts"]["primary"]
-    assert {row["id"] for row in primary} == {"lab-B-entropy-token", "lab-B-length-token", "lab-B-pass8-token"}  # DAPO_TOKEN vs DAPO
+    assert {row["id"] for row in primary} == {"lab-B-entropy-token", "lab-B-length-token", "lab-B-pass8-token",
+                                              "lab-B-pass1-token"}  # DAPO_TOKEN vs DAPO
     assert all({"test", "p", "p_holm", "ci95", "verdict", "seeds"} <= set(row) for row in primary)
     assert {"silent_terms", "entropy_watch"} <= set(results["health"])
     assert (out / "table.md").read_text().startswith("### max_digit")

@@ -150,11 +150,12 @@ def test_verdicts_follow_the_rule():
     runs += [_run("DAPO_TOKEN", s, 0.9 + 0.01 * s, 0.4, 0.9) for s in range(10)]  # entropy higher on every seed
     result = verdicts(runs)
     rows = {r["id"]: r for r in result["primary"]}
-    assert set(rows) == {"lab-B-entropy-token", "lab-B-length-token", "lab-B-pass8-token"}
-    # exact one-sided Wilcoxon, 10 of 10 positive: 1/1024 (two-sided 2/1024); Holm over Paper B's three claims: ×3
+    assert set(rows) == {"lab-B-entropy-token", "lab-B-length-token", "lab-B-pass8-token", "lab-B-pass1-token"}
+    # exact one-sided Wilcoxon, 10 of 10 positive: 1/1024 (two-sided 2/1024); Holm over Paper B's four claims: ×4
     assert rows["lab-B-entropy-token"]["p"] == pytest.approx(1 / 1024)
     assert rows["lab-B-entropy-token"]["p_two_sided"] == pytest.approx(2 / 1024)
-    assert rows["lab-B-entropy-token"]["p_holm"] == pytest.approx(3 / 1024)
+    assert rows["lab-B-entropy-token"]["p_holm"] == pytest.approx(4 / 1024)
+    assert rows["lab-B-pass1-token"]["verdict"] == "not above the null twin"  # the same pass@1 everywhere: effect 0
     assert rows["lab-B-entropy-token"]["verdict"] == "supported"  # and above the twin's effect, 0
     assert rows["lab-B-length-token"]["verdict"] == "not above the null twin"  # identical lengths: effect 0, the twin's 0
     assert rows["lab-B-pass8-token"]["verdict"] == "no pairs"  # these runs record no pass@8: every seed excluded, reported
