@@ -10,10 +10,11 @@ From code (every demo calls it)::
 A RUN is verl's file-logger JSONL (``trainer.logger=[...,file]``), a run folder (its ``*.jsonl``
 are the run's attempts; ``.hydra/config.yaml``, ``validation/`` and ``*.log`` beside them are
 read too), or a folder of run folders. A run folder with audit dumps (its ``audit/`` or its
-``gtpo.audit.dir``) adds the ``gtpo-mechanism`` table of them. The page draws the panels of ``gtpo_verl/tools/panels.py``
-(the ones ``gtpo-dashboard`` saves to wandb) and every other logged metric, runs overlaid and
-seeds of one method (``<method>_seed<k>``) as their mean with a min–max band and thin per-seed
-lines; docs/report.md describes the page.
+``gtpo.audit.dir``) adds the ``gtpo-mechanism`` table of them. Each run is one ``RunRecord`` (``record.py``) from loading to the
+page; the page's panels come from the kinds registered in ``kinds.py``: a first screen (reward,
+entropy, health), the panels of ``gtpo_verl/tools/panels.py`` (the ones ``gtpo-dashboard`` saves to
+wandb) and every other logged metric, runs overlaid and seeds of one method (``<method>_seed<k>``)
+as their mean with a min–max band and thin per-seed lines; docs/report.md describes the page.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def write_report(runs: RunsArg, out_path: Union[str, os.PathLike], *, title: str
 
     ``runs``: paths (metrics files, run folders, folders of run folders, ``"NAME=PATH"``) or a
     mapping ``{name: path or [metrics files]}``. ``validation``: ``{run name: dump folder}``.
-    ``other_metrics=False`` draws only the shared panel list. Raises ``ReportInputError`` (one
+    ``other_metrics=False`` leaves out the charts of every other metric. Raises ``ReportInputError`` (one
     line naming the input) on input it cannot use.
     """
     from gtpo_verl.tools.report.page import build_html
