@@ -14,6 +14,7 @@ from __future__ import annotations
 from gtpo_verl.algorithms.pass_at_k import pass_ks
 
 VALIDATION_SECTION = "validation ({src}, n = {n})"
+HEALTH_SECTION = "algorithm health"
 
 # (section, [(panel title, [metric templates])]); docs/metrics.md explains each panel
 SECTIONS: list[tuple[str, list[tuple[str, list[str]]]]] = [
@@ -40,7 +41,7 @@ SECTIONS: list[tuple[str, list[tuple[str, list[str]]]]] = [
         ("entropy watch: warned this step (1 = yes)", ["gtpo/entropy/collapse_warning", "gtpo/entropy/fall_warning"]),
         ("entropy watch: warnings", ["gtpo/entropy/warnings_total"]),
     ]),
-    ("algorithm health", [
+    (HEALTH_SECTION, [
         ("a term does nothing (1 = past its threshold)", ["gtpo/health/delta_filtered", "gtpo/health/bonus_clipped",
                                                           "gtpo/health/all_equal_groups"]),
         ("groups with one reward for all responses", ["gtpo/health/all_equal_groups_frac"]),

@@ -64,7 +64,7 @@ class HealthMonitor:
             flag = mean >= check.threshold
             out[PREFIX + "health/" + check.name] = float(flag)
             if flag and check.name not in self.active:
-                logger.warning("gtpo health: %s (%s running mean %.3f, threshold %.2f)", check.message.format(value=mean),
+                logger.warning("gtpo health: %s (%s running mean %.3f, threshold %.2f)", check.describe(f"{mean:.0%}"),
                                check.metric, mean, check.threshold)
             (self.active.add if flag else self.active.discard)(check.name)
         return out

@@ -8,7 +8,8 @@ other metric once their sections are opened; a full-page screenshot of the panel
 numbers: every point of every run's line equals the metric files' value (the files the page
 lists, read here with plain ``json``, later writes replacing earlier), and the legend shows it to
 its stated precision (integers exactly, else 6 significant digits); a method's mean, min and max
-over seeds equal numpy's over those files at the steps every seed logged.
+over seeds equal numpy's over those files at the steps every seed logged (the seeds the chart draws);
+every bar's value equals the files' value and the text beside it shows it to the same precision.
 """
 
 from __future__ import annotations
@@ -79,6 +80,29 @@ def shown_matches(text: str, value: float) -> bool:
     return abs(float(text) - value) <= 5e-6 * abs(value)
 
 
+def check_bars(page_runs: list[dict], bars: list[dict]) -> tuple[int, list[str]]:
+    """``(bars checked, mismatches)``: each bar's value against its run's metric files (a value recomputed from the
+    samples against the logged ``val-gtpo`` one, where logged), and the text beside it to its stated precision."""
+    reference = {run["name"]: metric_files_reference([f["path"] for f in run["files"]]) for run in page_runs}
+    checked, bad = 0, []
+    for panel in bars:
+        for bar in panel["bars"]:
+            metric, step, value = bar["metric"], int(bar["step"]), bar["value"]
+            logged = reference[bar["run"]].get(step, {})
+            if metric.startswith("samples/"):
+                expected = logged.get("val-gtpo/" + metric[len("samples/"):], value)
+                same = math.isclose(value, expected, rel_tol=1e-12, abs_tol=1e-12)
+            else:
+                expected = logged.get(metric)
+                same = expected is not None and float(expected) == value
+            if not same:
+                bad.append(f"{panel['title']}: bar {bar['run']} · {metric} at step {step}: page {value}, file {expected}")
+            if not shown_matches(bar["text"], value):
+                bad.append(f"{panel['title']}: bar {bar['run']} · {metric} at step {step}: shows {bar['text']!r} for {value!r}")
+            checked += 1
+    return checked, bad
+
+
 def check_numbers(page_runs: list[dict], charts: list[dict]) -> tuple[int, list[str]]:
     """``(points checked, mismatches)``: each run's points against its metric files, seed statistics against numpy."""
     reference = {run["name"]: metric_files_reference([f["path"] for f in run["files"]]) for run in page_runs}
@@ -97,7 +121,8 @@ def check_numbers(page_runs: list[dict], charts: list[dict]) -> tuple[int, list[
                 if expected is None or float(expected) != value:
                     bad.append(f"{chart['title']}: {series['label']} at step {step}: page {value}, file {expected}")
             else:  # mean / min / max over the method's seeds at a step every seed logged
-                logged = [reference[name].get(step, {}).get(metric) for name in seeds_of[series["group"]]]
+                members = series.get("members") or seeds_of[series["group"]]  # the seeds this chart draws
+                logged = [reference[name].get(step, {}).get(metric) for name in members]
                 if any(v is None for v in logged):
                     bad.append(f"{chart['title']}: {series['label']} at step {step}: not every seed logged it")
                     continue
@@ -139,7 +164,10 @@ def check_page(page: Path, screenshot: Optional[Path] = None, points_per_series:
             browser.screenshot(str(screenshot))
         browser.evaluate("document.querySelectorAll('details').forEach(d => { if (d.querySelector('.grid')) d.open = true; })")
         browser.wait_until("gtpoReport.done && document.querySelectorAll('.card:not([data-drawn])').length === 0", timeout=300)
-        cards = browser.evaluate("document.querySelectorAll('.card').length")
+        cards = browser.evaluate("document.querySelectorAll('.card[data-draw=\"line\"]').length")
+        bar_cards = browser.evaluate("document.querySelectorAll('.card[data-draw=\"bars\"]').length")
+        bar_rows = browser.evaluate("document.querySelectorAll('.card[data-draw=\"bars\"] .bar-row').length")
+        bars = browser.evaluate("gtpoReport.bars")
         blank = [title for title, hits in browser.evaluate(DRAWN_PIXELS) if hits < 3]
         page_runs = browser.evaluate("JSON.parse(document.getElementById('report-data').textContent).runs"
                                      ".map(r => ({name: r.name, group: r.group, files: r.files}))")
@@ -148,11 +176,15 @@ def check_page(page: Path, screenshot: Optional[Path] = None, points_per_series:
         requests = [url for url in browser.requests() if url != page.as_uri()]
     checked, mismatches = check_numbers(page_runs, charts)
     disagreements = samples_agree_with_logged(page_runs, charts)
+    bars_checked, bar_mismatches = check_bars(page_runs, bars)
     failures += [f"browser: {p}" for p in problems] + [f"request: {u}" for u in requests]
     failures += [f"chart not drawn: {t}" for t in blank] + mismatches[:20] + disagreements[:20]
+    failures += bar_mismatches[:20]
     if cards != len(charts):
         failures.append(f"{cards} chart cards but {len(charts)} charts drawn")
-    return {"page": str(page), "panels": panels, "charts": len(charts), "points_checked": checked,
+    if bar_cards != len(bars) or bar_rows != sum(len(panel["bars"]) for panel in bars):
+        failures.append(f"{bar_cards} bar cards of {bar_rows} bars, but {len(bars)} bar panels drawn")
+    return {"page": str(page), "panels": panels, "charts": len(charts), "points_checked": checked, "bars_checked": bars_checked,
             "legend_values_read": sum(p[4] is not None for c in charts for p in c["points"]),
             "page_draw_ms": round(draw_ms), "screenshot": str(screenshot) if screenshot else None,
             "failures": failures}

@@ -249,7 +249,8 @@ def test_report_page_has_the_mechanism_section_for_a_run_with_dumps(tmp_path, st
     out = write_report({"TOKEN": str(with_dumps), "PLAIN": str(tmp_path / "runs" / "PLAIN")}, tmp_path / "r.html")
     sections = [s for s in page_data(out.read_text())["sections"] if s["title"] == "mechanism (audit dumps)"]
     assert len(sections) == 1
-    table = sections[0]["table"]
+    (table,) = sections[0]["panels"]
+    assert table["draw"] == "table"
     assert table["header"] == ["quantity", "TOKEN · step 1"]  # PLAIN has no dumps: no column
     rows = {r[0]: r[1:] for r in table["rows"]}
     assert rows["δ filters at 0.7"] == ["1.000"] and rows["δ filters at 1.5·⟨H⟩_ini"] == ["0.094"]
@@ -268,9 +269,9 @@ def test_report_finds_the_configured_audit_dir_and_warns_on_a_bad_dump(tmp_path)
     assert mechanism.find_audit_dir(str(run), {"gtpo.audit.dir": "null"}) is None
     bad = write_run(tmp_path / "bad", True)
     (bad / "audit" / "step_1.safetensors").write_bytes(b"not safetensors")
-    (_, ctx), = load_runs({"bad": str(bad)})
-    assert ctx["mechanism"] is None
-    assert any(w.startswith("the mechanism report of ") for w in ctx["warnings"])
+    (record,) = load_runs({"bad": str(bad)})
+    assert record.mechanism is None
+    assert any(w.startswith("the mechanism report of ") for w in record.warnings)
 
 
 def test_a_batch_without_successes_reports_none_not_nan(tmp_path, capsys):

@@ -119,3 +119,41 @@ def test_a_synthetic_2000_step_run_of_300_metrics(tmp_path):
     result = check_page(page, tmp_path / "report.png", points_per_series=10)
     assert result["failures"] == []
     assert result["charts"] >= 250  # the shared panels and every other metric
+
+
+def test_the_first_screen_shows_reward_entropy_and_health_and_no_lone_dots(tmp_path):
+    page = write_report([str(FIXTURES / "cpu_demo_runs")], tmp_path / "report.html")
+    with Browser() as browser:  # 1400 × 900
+        browser.open(page.as_uri())
+        browser.wait_until("window.gtpoReport && gtpoReport.done")
+        first = browser.evaluate("[...document.querySelectorAll('main section.panels')[0].querySelectorAll('.card')]"
+                                 ".map(c => [c.querySelector('h3').textContent, c.dataset.draw, c.getBoundingClientRect().top])")
+        fold = browser.evaluate("window.innerHeight")
+        # every line chart's every series holds two points or more; the demos' single validations are bars
+        points = browser.evaluate("gtpoReport.charts.flatMap(c => c.u.data.slice(1).map(ys => ys.filter(y => y !== null).length))")
+        bars = browser.evaluate("gtpoReport.bars.map(b => [b.section, b.title, b.bars.length])")
+    assert [(title, draw) for title, draw, _ in first] == [
+        ("training reward: runs scored within ±1", "line"), ("training reward: runs scored within ±20", "line"),
+        ("policy entropy", "line"), ("health at a glance", "table")]
+    assert all(top < fold for _, _, top in first)
+    assert min(points) >= 2
+    assert ["validation (gtpo_cpu_demo/even_digit, n = 4)", "mean@4 (avg@4)", 3] in bars
+
+
+def test_twelve_runs_keep_one_page_legend_and_compact_chart_legends(tmp_path):
+    # twelve methods: each of the six real CPU runs under two names
+    runs = {f"{path.stem.replace('_seed', '_run')}_{copy}": str(path)
+            for copy in ("a", "b") for path in sorted(RUN_METRICS.glob("*.jsonl"))}
+    page = write_report(runs, tmp_path / "report.html", other_metrics=False)
+    result = check_page(page, points_per_series=10)
+    assert result["failures"] == []
+    with Browser() as browser:
+        browser.open(page.as_uri())
+        browser.wait_until("window.gtpoReport && gtpoReport.done")
+        legend = browser.evaluate("document.querySelectorAll('nav .page-legend .legend-item').length")
+        heights = browser.evaluate("[...document.querySelectorAll('.card.long-legend .u-legend')].map(l => l.clientHeight)")
+        lines = browser.evaluate("Math.max(...gtpoReport.charts.map(c => c.series.length))")
+        nav = browser.evaluate("document.querySelector('nav').getBoundingClientRect().height")
+    assert legend == 12 and lines >= 12
+    assert heights and max(heights) <= 110  # 8em of 11px text (88 px): a few rows, the rest scrolls
+    assert nav <= 100

@@ -21,12 +21,12 @@ SOURCE = "gtpo_cpu_demo/even_digit"  # the demo task's data_source; validation n
 
 @pytest.fixture(scope="module")
 def runs():
-    return {run.name: (run, ctx) for run, ctx in load_runs([str(DEMO_RUNS)])}
+    return {record.name: record for record in load_runs([str(DEMO_RUNS)])}
 
 
 def test_the_relaunched_run_is_one_run_of_two_files(runs):
     assert sorted(runs) == ["DAPO_TOKEN", "GTPO_TRAJ"]
-    run, _ = runs["GTPO_TRAJ"]
+    run = runs["GTPO_TRAJ"].metrics
     assert [(f.path.rsplit("/", 1)[1], f.first_step, f.last_step) for f in run.files] == [
         ("metrics_train.jsonl", 1, 10), ("metrics_resume.jsonl", 11, 12)]
     assert run.rewritten == {} and run.notes == []
@@ -42,7 +42,7 @@ def test_the_relaunched_run_is_one_run_of_two_files(runs):
 
 @pytest.mark.parametrize("name,steps", [("DAPO_TOKEN", [12]), ("GTPO_TRAJ", [10, 12])])
 def test_pass_at_k_from_the_samples_equals_the_logged(runs, name, steps):
-    run, _ = runs[name]
+    run = runs[name].metrics
     for k in (1, 2, 4):
         got_steps, got = run.series(f"samples/{SOURCE}/pass@{k}")
         logged_steps, logged = run.series(f"val-gtpo/{SOURCE}/pass@{k}")
@@ -52,16 +52,16 @@ def test_pass_at_k_from_the_samples_equals_the_logged(runs, name, steps):
 
 
 def test_config_and_start_up_warnings_come_from_the_run_folder(runs):
-    token, traj = runs["DAPO_TOKEN"][1], runs["GTPO_TRAJ"][1]
-    assert token["config"]["algorithm.adv_estimator"] == "gtpo_token"
-    assert traj["config"]["algorithm.adv_estimator"] == "gtpo_traj"
-    assert traj["config_path"].endswith("GTPO_TRAJ/.hydra/config.yaml")
-    settings = key_settings(traj["config"])
+    token, traj = runs["DAPO_TOKEN"], runs["GTPO_TRAJ"]
+    assert token.config["algorithm.adv_estimator"] == "gtpo_token"
+    assert traj.config["algorithm.adv_estimator"] == "gtpo_traj"
+    assert traj.config_path.endswith("GTPO_TRAJ/.hydra/config.yaml")
+    settings = key_settings(traj.config)
     assert settings[0] == "algorithm.adv_estimator" and "algorithm.gtpo_traj.preset" in settings
-    diff = config_diff([token["config"], traj["config"]])
+    diff = config_diff([token.config, traj.config])
     row = diff["values"][diff["keys"].index("algorithm.adv_estimator")]
     assert row == ["gtpo_token", "gtpo_traj"]
     # the paper preset's start-up warning, logged twice (both launches), shown once; verl's platform lines not at all
-    assert len(traj["log_warnings"]) == 1 and traj["log_warnings"][0].startswith(
+    assert len(traj.log_warnings) == 1 and traj.log_warnings[0].startswith(
         "main.log: `algorithm.gtpo_traj.ini_entropy_gate` is on")
-    assert token["log_warnings"] == [] and token["warnings"] == [] and traj["warnings"] == []
+    assert token.log_warnings == () and token.warnings == () and traj.warnings == ()

@@ -73,7 +73,7 @@ def test_a_requeued_run_keeps_the_last_write_of_each_metric_and_says_which_steps
     # names that sort the other way round: the order comes from the steps, not the names
     write_lines(tmp_path / "b_attempt1.jsonl", first)
     write_lines(tmp_path / "a_attempt2.jsonl", second)
-    (run, _), = load_runs({"GTPO_TRAJ_requeued": str(tmp_path)})
+    run = load_runs({"GTPO_TRAJ_requeued": str(tmp_path)})[0].metrics
     assert [os.path.basename(f.path) for f in run.files] == ["b_attempt1.jsonl", "a_attempt2.jsonl"]
     assert_run_equals(run, reference([tmp_path / "b_attempt1.jsonl", tmp_path / "a_attempt2.jsonl"]))
     score = run.values["critic/score/mean"]
@@ -165,15 +165,16 @@ def test_inputs_become_runs_by_the_documented_rules(tmp_path):
     assert [(n, [os.path.basename(p) for p in ps]) for n, ps, _ in runs] == [
         (None, ["A_seed0.jsonl"]), (None, ["A_seed1.jsonl"]), (None, ["B.jsonl"]),
         (None, ["metrics_resume.jsonl", "metrics_train.jsonl"])]
-    names = [run.name for run, _ in load_runs([str(project)])]
+    names = [record.name for record in load_runs([str(project)])]
     assert names == ["A_seed0", "A_seed1", "B", "C"]
     # NAME=FOLDER and a Hydra run folder are one run, their files its attempts
-    (run, _), = load_runs([f"mine={project / 'C'}"])
+    (record,) = load_runs([f"mine={project / 'C'}"])
+    run = record.metrics
     assert run.name == "mine" and len(run.files) == 2 and run.steps.tolist() == [0, 1, 2, 3, 4]
     (project / "C" / ".hydra").mkdir()
     (project / "C" / ".hydra" / "config.yaml").write_text("algorithm:\n  adv_estimator: gtpo_traj\n")
-    (run, ctx), = load_runs([str(project / "C")])
-    assert run.name == "C" and len(run.files) == 2 and ctx["config"]["algorithm.adv_estimator"] == "gtpo_traj"
+    (record,) = load_runs([str(project / "C")])
+    assert record.name == "C" and len(record.metrics.files) == 2 and record.config["algorithm.adv_estimator"] == "gtpo_traj"
     with pytest.raises(ReportInputError, match="no such file or folder"):
         expand_inputs([str(tmp_path / "missing")])
     (tmp_path / "empty").mkdir()
@@ -250,7 +251,7 @@ def test_the_studys_method_seed_folders_are_named_as_seeds(tmp_path):
     for seed in (0, 1):  # one folder per seed: <out>/<method>/seed<k>/metrics.jsonl
         (tmp_path / "DAPO_TOKEN" / f"seed{seed}").mkdir(parents=True)
         write_lines(tmp_path / "DAPO_TOKEN" / f"seed{seed}" / "metrics.jsonl", real_rows()[:3])
-    runs = [run for run, _ in load_runs([str(tmp_path / "DAPO_TOKEN")])]
+    runs = load_runs([str(tmp_path / "DAPO_TOKEN")])
     assert [(r.name, r.group, r.seed) for r in runs] == [("DAPO_TOKEN_seed0", "DAPO_TOKEN", 0), ("DAPO_TOKEN_seed1", "DAPO_TOKEN", 1)]
-    (run, _), = load_runs([str(tmp_path / "DAPO_TOKEN" / "seed1" / "metrics.jsonl")])
+    (run,) = load_runs([str(tmp_path / "DAPO_TOKEN" / "seed1" / "metrics.jsonl")])
     assert run.name == "DAPO_TOKEN_seed1"

@@ -78,20 +78,22 @@ def test_the_samples_join_the_run_as_panels(tmp_path):
     with open(run_dir / "validation" / "3.jsonl", "w") as handle:  # a step the metrics file does not have
         for row in dump_rows(outcomes, [["1"] * 4, ["2"] * 4], step=3):
             handle.write(json.dumps(row) + "\n")
-    (run, _), = load_runs({"GTPO_TRAJ": str(run_dir)})
+    (record,) = load_runs({"GTPO_TRAJ": str(run_dir)})
+    run = record.metrics
     assert run.steps.tolist() == [0, 1, 2, 3]
     steps, values = run.series("samples/gtpo_study/max_digit/pass@4")
     assert steps.tolist() == [3] and values.tolist() == [0.5]
     steps, values = run.series("critic/score/mean")  # the step axis grew; the logged values stayed put
     assert steps.tolist() == [1, 2]
-    titles = [p["title"] for s in sections([run]) for p in s["panels"]]
+    titles = [p["title"] for s in sections([record]) for p in s["panels"]]
     assert "unbiased pass@k from the samples" in titles and "pass@4: from the samples vs logged" in titles
 
 
 def test_dashboard_and_report_draw_one_panel_list():
     assert dashboard.SECTIONS is panels.SECTIONS and dashboard.panel_metrics is panels.panel_metrics
-    (run, _), = load_runs([str(RUN_METRICS / "GTPO_TRAJ_two_minibatches_seed1.jsonl")])
-    report_sections = sections([run], other_metrics=False)
+    (record,) = load_runs([str(RUN_METRICS / "GTPO_TRAJ_two_minibatches_seed1.jsonl")])
+    run = record.metrics
+    report_sections = sections([record], other_metrics=False)
     shown = [(s["title"], p["title"]) for s in report_sections for p in s["panels"]]
     listed = [(s["title"], m) for s in report_sections for m in s["missing"]]
     for section, title, metrics in panels.panel_metrics("gtpo_study/max_digit", 16):

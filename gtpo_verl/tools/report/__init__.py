@@ -10,10 +10,11 @@ From code (every demo calls it)::
 A RUN is verl's file-logger JSONL (``trainer.logger=[...,file]``), a run folder (its ``*.jsonl``
 are the run's attempts; ``.hydra/config.yaml``, ``validation/`` and ``*.log`` beside them are
 read too), or a folder of run folders. A run folder with audit dumps (its ``audit/`` or its
-``gtpo.audit.dir``) adds the ``gtpo-mechanism`` table of them. The page draws the panels of ``gtpo_verl/tools/panels.py``
-(the ones ``gtpo-dashboard`` saves to wandb) and every other logged metric, runs overlaid and
-seeds of one method (``<method>_seed<k>``) as their mean with a min–max band and thin per-seed
-lines; docs/report.md describes the page.
+``gtpo.audit.dir``) adds the ``gtpo-mechanism`` table of them. Each run is one ``RunRecord`` (``record.py``) from loading to the
+page; the page's panels come from the kinds registered in ``kinds.py``: a first screen (reward,
+entropy, health), the panels of ``gtpo_verl/tools/panels.py`` (the ones ``gtpo-dashboard`` saves to
+wandb) and every other logged metric, runs overlaid and seeds of one method (``<method>_seed<k>``)
+as their mean with a min–max band and thin per-seed lines; docs/report.md describes the page.
 """
 
 from __future__ import annotations
@@ -22,22 +23,23 @@ import os
 from pathlib import Path
 from typing import Optional, Union
 
+from gtpo_verl.tools.report.record import RunRecord
 from gtpo_verl.tools.report.runs import ReportInputError, Run, add_series, expand_inputs, read_run
 
-__all__ = ["write_report", "load_runs", "Run", "ReportInputError"]
+__all__ = ["write_report", "load_runs", "Run", "RunRecord", "ReportInputError"]
 
 RunsArg = Union[dict, list, tuple]
 
 
-def load_runs(runs: RunsArg, validation: Optional[dict] = None) -> list[tuple[Run, dict]]:
-    """Each run read and merged, with its context: ``(run, {"config", "config_path", "warnings", "log_warnings"})``.
+def load_runs(runs: RunsArg, validation: Optional[dict] = None) -> list[RunRecord]:
+    """Each run read, merged and recorded with its config, warnings and audit report.
 
     ``validation`` maps a run name to its ``trainer.validation_data_dir``; a run folder's own
     ``validation/`` is found without it.
     """
     from gtpo_verl.tools.report import context, samples
 
-    loaded = []
+    records = []
     for name, paths, folder in expand_inputs(runs):
         run = read_run(paths, name=name, folder=folder)
         config_path = context.find_config(folder)
@@ -49,18 +51,15 @@ def load_runs(runs: RunsArg, validation: Optional[dict] = None) -> list[tuple[Ru
         elif (validation or {}).get(run.name):
             raise ReportInputError(f"{dump_dir}: no such validation folder (trainer.validation_data_dir of run {run.name})")
         warnings = context.metric_warnings(run)
-        loaded.append((run, {
-            "config": config,
-            "config_path": str(config_path) if config_path else None,
-            "warnings": warnings,
-            "log_warnings": context.log_warnings(folder, run.notes),
-            "mechanism": mechanism_of(folder, config, warnings),
-        }))
-    names = [run.name for run, _ in loaded]
+        mechanism = mechanism_of(folder, config, warnings)
+        records.append(RunRecord(metrics=run, config=config, config_path=str(config_path) if config_path else None,
+                                 warnings=tuple(warnings), log_warnings=tuple(context.log_warnings(folder, run.notes)),
+                                 mechanism=mechanism))
+    names = [record.name for record in records]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ReportInputError(f"two runs are named {duplicates[0]!r}: name them apart with NAME=PATH")
-    return loaded
+    return records
 
 
 def mechanism_of(folder: Optional[str], config: dict, warnings: list[str]) -> Optional[dict]:
@@ -84,21 +83,12 @@ def write_report(runs: RunsArg, out_path: Union[str, os.PathLike], *, title: str
 
     ``runs``: paths (metrics files, run folders, folders of run folders, ``"NAME=PATH"``) or a
     mapping ``{name: path or [metrics files]}``. ``validation``: ``{run name: dump folder}``.
-    ``other_metrics=False`` draws only the shared panel list. Raises ``ReportInputError`` (one
+    ``other_metrics=False`` leaves out the charts of every other metric. Raises ``ReportInputError`` (one
     line naming the input) on input it cannot use.
     """
     from gtpo_verl.tools.report.page import build_html
 
-    loaded = load_runs(runs, validation)
-    text = build_html(
-        [run for run, _ in loaded],
-        [(ctx["config"], ctx["config_path"]) for _, ctx in loaded],
-        [ctx["warnings"] for _, ctx in loaded],
-        [ctx["log_warnings"] for _, ctx in loaded],
-        title,
-        other_metrics,
-        mechanism=[(run.name, ctx["mechanism"]) for run, ctx in loaded if ctx["mechanism"]],
-    )
+    text = build_html(load_runs(runs, validation), title, other_metrics)
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")

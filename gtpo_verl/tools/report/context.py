@@ -128,7 +128,7 @@ def metric_warnings(run: Run) -> list[str]:
         watched = run.values.get(check.metric, np.full(len(run.steps), np.nan))
         for index in _turned_on(run, flag):
             value = watched[index]
-            text = check.message.format(value=value) if value == value else check.message.replace("{value:.0%}", "most")
+            text = check.describe(f"{value:.0%}" if value == value else "most")
             found.append(f"step {run.steps[index]}: {flag} on ({check.metric} = {value:.3g} at this step, running "
                          f"mean ≥ {check.threshold:g}): {text}")
     return found
@@ -167,4 +167,4 @@ def log_warnings(folder: Optional[str], notes: list[str]) -> list[str]:
 def health_table() -> list[dict]:
     """The checks behind ``gtpo/health/*``: flag, watched metric, threshold, and the fix."""
     return [{"flag": f"gtpo/health/{c.name}", "metric": c.metric, "threshold": c.threshold,
-             "message": c.message.replace("{value:.0%}", f"≥ {c.threshold:.0%}")} for c in HEALTH_CHECKS]
+             "message": c.describe(f"≥ {c.threshold:.0%}")} for c in HEALTH_CHECKS]

@@ -15,22 +15,20 @@ import datetime
 import hashlib
 import html
 import json
-import re
+from dataclasses import replace
 from importlib import resources
-from typing import Optional
+from typing import Sequence
 
 import numpy as np
 
 import gtpo_verl
-from gtpo_verl.tools.panels import SECTIONS, VALIDATION_SECTION, panel_metrics, training_panels
+from gtpo_verl.tools.panels import SECTIONS
 from gtpo_verl.tools.report import context
-from gtpo_verl.tools.report.runs import Run
-from gtpo_verl.tools.report.samples import PREFIX as SAMPLES_PREFIX
+from gtpo_verl.tools.report.kinds import Panel, ordered_kinds
+from gtpo_verl.tools.report.record import RunRecord
 
-LOGGED_VALIDATION = re.compile(r"^val-(?:core|aux)/(?P<src>.+)/(?:acc|reward|score)/mean@(?P<n>\d+)$")
-SAMPLE_METRIC = re.compile(r"^samples/(?P<src>.+)/(?P<stat>pass|maj)@(?P<k>\d+)$")
-HEALTH_SECTION = "algorithm health"
-MECHANISM_SECTION = "mechanism (audit dumps)"
+# a line panel whose series are this short and include a single point is drawn as bars of every point
+FEW_POINTS = 3
 
 
 def asset(name: str) -> str:
@@ -50,79 +48,53 @@ def encode_column(values: np.ndarray, logged: np.ndarray):
     return [base64.b64encode(where.astype("<i4").tobytes()).decode("ascii"), encode(values[where])]
 
 
-def validation_grids(names: set[str]) -> list[tuple[str, int]]:
-    """``(data source, n)`` of every validation set the runs logged (verl's ``mean@n`` names), n ≥ 2."""
-    grids = {(m["src"], int(m["n"])) for m in map(LOGGED_VALIDATION.match, names) if m}
-    return sorted(grid for grid in grids if grid[1] >= 2)
+def bars_of(records: Sequence[RunRecord], pairs: list[tuple[str, str]]) -> tuple[dict, ...]:
+    """A bar per finite value of each ``(run, metric)``, metric by metric."""
+    by_name = {record.name: record for record in records}
+    bars = []
+    for metric in dict.fromkeys(metric for _, metric in pairs):
+        for name in (name for name, m in pairs if m == metric):
+            steps, values = by_name[name].metrics.series(metric)
+            finite = np.isfinite(values)
+            bars += [{"run": name, "metric": metric, "step": int(step), "value": float(value)}
+                     for step, value in zip(steps[finite].tolist(), values[finite].tolist())]
+    return tuple(bars)
 
 
-def sample_panels(names: set[str]) -> list[tuple[str, str, list[str]]]:
-    """Panels of the pass@k / maj@n recomputed from the validation dumps, per data source."""
-    by_source: dict[str, dict[str, list[int]]] = {}
-    for match in filter(None, map(SAMPLE_METRIC.match, names)):
-        by_source.setdefault(match["src"], {}).setdefault(match["stat"], []).append(int(match["k"]))
-    panels = []
-    for src, stats in sorted(by_source.items()):
-        section = f"validation recomputed from the samples ({src})"
-        ks = sorted(stats.get("pass", []))
-        panels.append((section, "unbiased pass@k from the samples", [f"{SAMPLES_PREFIX}{src}/pass@{k}" for k in ks]))
-        if ks:
-            n = ks[-1]
-            panels.append((section, f"pass@{n}: from the samples vs logged", [f"{SAMPLES_PREFIX}{src}/pass@{n}", f"val-gtpo/{src}/pass@{n}"]))
-        for k in sorted(stats.get("maj", [])):
-            panels.append((section, f"maj@{k}: from the samples vs logged", [f"{SAMPLES_PREFIX}{src}/maj@{k}", f"val-gtpo/{src}/maj@{k}"]))
-    return panels
+def drawable(panel: Panel, records: Sequence[RunRecord]) -> list[Panel]:
+    """A line panel as the page draws it: nothing when no run logged its metrics; bars when its series hold
+    single points (a lone dot on a line chart reads as nothing), all of them when every series is that short;
+    otherwise the line chart, with its single-point series as bars beside it."""
+    shown = [record for record in records if panel.runs is None or record.name in panel.runs]
+    points = {(record.name, metric): record.points(metric) for metric in panel.metrics for record in shown}
+    points = {pair: n for pair, n in points.items() if n}
+    if not points:
+        return []
+    logged = tuple(m for m in panel.metrics if any(metric == m for _, metric in points))
+    single = [pair for pair, n in points.items() if n == 1]
+    if not single:
+        return [replace(panel, metrics=logged)]
+    if max(points.values()) <= FEW_POINTS:
+        return [Panel(panel.section, panel.title, "bars", logged, bars=bars_of(records, list(points)), note=panel.note)]
+    return [replace(panel, metrics=logged, skip=tuple(single)),
+            Panel(panel.section, f"{panel.title}: series with one value", "bars",
+                  tuple(dict.fromkeys(m for _, m in single)), bars=bars_of(records, single))]
 
 
-def namespace(metric: str) -> str:
-    parts = metric.split("/")
-    return "/".join(parts[:2]) if metric.startswith("val-") and len(parts) > 2 else parts[0]
-
-
-def sections(runs: list[Run], other_metrics: bool = True) -> list[dict]:
-    """The panels to draw, in the shared list's order (validation, then training), each with the
-    metrics any run logged; panels no run logged are listed by title, not drawn."""
-    names = set().union(*(run.values for run in runs))
-    panels = []
-    for src, n in validation_grids(names):
-        panels += [p for p in panel_metrics(src, n) if p[0] == VALIDATION_SECTION.format(src=src, n=n)]
-    panels += sample_panels(names)
-    panels += training_panels()
+def sections(records: Sequence[RunRecord], other_metrics: bool = True) -> list[dict]:
+    """The page's sections, in the order of ``kinds.PANEL_KINDS``: each with the panels its kinds made and
+    drew something for; a line panel no run logged is listed by title, not drawn."""
     out: dict[str, dict] = {}
-    drawn: set[str] = set()
-    for section, title, metrics in panels:
-        entry = out.setdefault(section, {"title": section, "panels": [], "missing": []})
-        logged = [m for m in metrics if m in names]
-        if logged:
-            entry["panels"].append({"title": title, "metrics": logged})
-            drawn.update(logged)
-        else:
-            entry["missing"].append(f"{title} ({', '.join(metrics)})")
-    if HEALTH_SECTION in out:
-        out[HEALTH_SECTION]["health"] = context.health_table()
-    if other_metrics:
-        rest: dict[str, list[str]] = {}
-        for metric in sorted(names - drawn):
-            rest.setdefault(namespace(metric), []).append(metric)
-        for space, metrics in rest.items():
-            out[f"other: {space}"] = {"title": f"every other metric: {space}/*", "other": True, "missing": [],
-                                     "panels": [{"title": m, "metrics": [m]} for m in metrics]}
+    for kind in ordered_kinds():
+        if kind.folded and not other_metrics:
+            continue
+        for panel in kind.panels(records):
+            entry = out.setdefault(panel.section, {"title": panel.section, "other": kind.folded, "panels": [], "missing": []})
+            shown = drawable(panel, records) if panel.draw == "line" else [panel]
+            if not shown:
+                entry["missing"].append(f"{panel.title} ({', '.join(panel.metrics)})")
+            entry["panels"] += [p.page_form() for p in shown]
     return [entry for entry in out.values() if entry["panels"] or entry["missing"]]
-
-
-def mechanism_section(mechanism: list[tuple[str, dict]]) -> dict:
-    """The ``gtpo-mechanism`` table (``tools/mechanism.table_rows``) of every run with audit dumps: one
-    column per run and dumped step."""
-    from gtpo_verl.tools.mechanism import table_rows
-
-    header, columns = ["quantity"], []
-    for name, report in mechanism:
-        header += [f"{name} · step {step['step']}" for step in report["steps"]]
-        columns.append(table_rows(report["steps"]))
-    rows = [[columns[0][i][0]] + [cell for table in columns for cell in table[i][1:]] for i in range(len(columns[0]))]
-    dirs = "; ".join(f"{name}: {report['dir']}" for name, report in mechanism)
-    return {"title": MECHANISM_SECTION, "panels": [], "missing": [],
-            "table": {"header": header, "rows": rows, "note": f"gtpo-mechanism DIR on each run's dumps ({dirs}); docs/report.md"}}
 
 
 def config_diff(configs: list[dict[str, str]]) -> dict:
@@ -134,41 +106,34 @@ def config_diff(configs: list[dict[str, str]]) -> dict:
     return {"keys": keys, "values": [[c.get(k, "—") if c else "" for c in configs] for k in keys]}
 
 
-def run_payload(run: Run, config: dict[str, str], config_path: Optional[str], warnings: list[str],
-                log_lines: list[str]) -> dict:
+def run_payload(record: RunRecord) -> dict:
+    run = record.metrics
     return {
-        "name": run.name,
-        "group": run.group,
-        "seed": run.seed,
+        "name": record.name,
+        "group": record.group,
+        "seed": record.seed,
         "steps": encode(run.steps.astype(np.float64)),
         "values": {metric: encode_column(values, ~np.isnan(values) | run.logged_null.get(metric, False))
                    for metric, values in run.values.items()},
         "files": [{"path": f.path, "rows": f.rows, "first": f.first_step, "last": f.last_step} for f in run.files],
         "rewritten": len(run.rewritten),
         "notes": run.notes,
-        "warnings": warnings,
-        "log_warnings": log_lines,
-        "config_path": config_path,
-        "key_settings": [[k, config[k]] for k in context.key_settings(config)],
-        "config": sorted(config.items()),
+        "warnings": list(record.warnings),
+        "log_warnings": list(record.log_warnings),
+        "config_path": record.config_path,
+        "key_settings": [[k, record.config[k]] for k in context.key_settings(record.config)],
+        "config": sorted(record.config.items()),
     }
 
 
-def build_html(runs: list[Run], configs: list[tuple[dict, Optional[str]]], warnings: list[list[str]],
-               log_lines: list[list[str]], title: str, other_metrics: bool = True,
-               mechanism: Optional[list[tuple[str, dict]]] = None) -> str:
-    drawn = sections(runs, other_metrics)
-    if mechanism:  # after the shared panel list, before "every other metric"
-        at = next((i for i, entry in enumerate(drawn) if entry.get("other")), len(drawn))
-        drawn.insert(at, mechanism_section(mechanism))
+def build_html(records: Sequence[RunRecord], title: str, other_metrics: bool = True) -> str:
     payload = {
         "title": title,
         "generated": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "version": gtpo_verl.__version__,
-        "sections": drawn,
-        "runs": [run_payload(run, cfg, path, warn, logs)
-                 for run, (cfg, path), warn, logs in zip(runs, configs, warnings, log_lines)],
-        "config_diff": config_diff([cfg for cfg, _ in configs]),
+        "sections": sections(records, other_metrics),
+        "runs": [run_payload(record) for record in records],
+        "config_diff": config_diff([record.config for record in records]),
         "panel_list_sections": [section for section, _ in SECTIONS],
     }
     data = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

@@ -8,7 +8,8 @@
   const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
   const STEP_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000];  // whole steps only
   const DASHES = [[], [7, 4], [2, 3], [9, 3, 2, 3], [1, 2], [12, 6]];
-  const report = (window.gtpoReport = { charts: [], drawn: 0, pending: 0, done: false, drawMs: null });
+  const LEGEND_ROWS = 6;  // a chart's legend with more lines than this scrolls
+  const report = (window.gtpoReport = { charts: [], bars: [], tables: [], drawn: 0, pending: 0, done: false, drawMs: null });
   const started = performance.now();
 
   function el(tag, className, text) {
@@ -68,12 +69,16 @@
   report.groups = groups.map((g) => ({ name: g.name, color: g.color, runs: g.runs.map((r) => r.name) }));
 
   // ---- one chart: the panel's metrics × methods; several seeds → mean, min–max band, thin seed lines ----
-  function chartData(metrics) {
+  function chartData(panel) {
+    const metrics = panel.metrics;
+    const only = panel.runs ? new Set(panel.runs) : null;
+    const skipped = new Set((panel.skip || []).map(([run, metric]) => run + "\u0000" + metric));
     const lines = [];
     const steps = new Set();
     metrics.forEach((metric, mi) => {
       for (const group of groups) {
         const members = group.runs
+          .filter((run) => (!only || only.has(run.name)) && !skipped.has(run.name + "\u0000" + metric))
           .map((run) => ({ run, ys: values(run, metric) }))
           .filter((m) => m.ys && m.ys.some((y) => !Number.isNaN(y)));
         if (!members.length) continue;
@@ -128,8 +133,8 @@
     return data.map((col) => { for (let i = col.length - 1; i >= 0; i--) if (col[i] !== null) return i; return null; });
   }
 
-  function drawChart(card, section, panel, width, height) {
-    const { xs, lines, columns } = chartData(panel.metrics);
+  function drawLine(card, section, panel, width, height) {
+    const { xs, lines, columns } = chartData(panel);
     const data = [Array.from(xs), ...columns];
     // away from the chart the legend holds each line's last logged value, each at its own step
     const series = [{ label: "step", value: (u, v) => (u.cursor.idx == null ? "last logged" : fmt(v)) }].concat(lines.map((l) => ({
@@ -155,17 +160,61 @@
     };
     const u = new uPlot(opts, data, card.querySelector(".chart"));
     u.setLegend({ idxs: last });
-    card.dataset.drawn = "1";
+    if (lines.length > LEGEND_ROWS) card.classList.add("long-legend");  // scrolls; the page legend names the colours
     report.charts.push({ section: section.title, title: panel.title, other: !!section.other, u,
-                         series: lines.map((l) => ({ label: l.label, kind: l.kind, run: l.run, metric: l.metric, group: l.group })) });
+                         series: lines.map((l) => ({ label: l.label, kind: l.kind, run: l.run, metric: l.metric, group: l.group,
+                                                     members: l.members ? l.members.map((m) => m.run.name) : null })) });
+  }
+
+  // one bar per value, metric by metric, on one axis from min(0, values) to max(0, values)
+  function drawBars(card, section, panel) {
+    const box = card.querySelector(".chart");
+    const vals = panel.bars.map((b) => b.value);
+    const lo = Math.min(0, ...vals), hi = Math.max(0, ...vals), span = hi - lo || 1;
+    const shown = [];
+    let metric = null;
+    for (const bar of panel.bars) {
+      if (panel.metrics.length > 1 && bar.metric !== metric) add(box, "div", "bar-metric", (metric = bar.metric));
+      const row = add(box, "div", "bar-row");
+      const group = groups.find((g) => g.runs.some((r) => r.name === bar.run));
+      add(row, "span", "bar-label", `${bar.run} · step ${bar.step}`);
+      const track = add(row, "span", "bar-track");
+      const fill = add(track, "span", "bar-fill");
+      fill.style.left = `${(100 * (Math.min(bar.value, 0) - lo)) / span}%`;
+      fill.style.width = `${Math.max((100 * Math.abs(bar.value)) / span, 0.5)}%`;
+      fill.style.background = group.color;
+      const text = add(row, "span", "bar-value", fmt(bar.value)).textContent;
+      shown.push({ run: bar.run, metric: bar.metric, step: bar.step, value: bar.value, text });
+    }
+    report.bars.push({ section: section.title, title: panel.title, bars: shown });
+  }
+
+  function drawTable(card, section, panel) {
+    const table = add(card.querySelector(".chart"), "table");
+    const tr = add(table, "tr");
+    for (const h of panel.header) add(tr, "th", null, h);
+    for (const cells of panel.rows) {
+      const row = add(table, "tr");
+      cells.forEach((cell, i) => add(row, "td", i ? "mono" : null, typeof cell === "number" ? fmt(cell) : cell === null ? "—" : cell));
+    }
+    report.tables.push({ section: section.title, title: panel.title, rows: panel.rows.length });
+  }
+
+  const DRAW = { line: drawLine, bars: drawBars, table: drawTable };
+  function draw(card, section, panel, width, height) {
+    DRAW[panel.draw](card, section, panel, width, height);
+    card.dataset.drawn = "1";
     report.drawn += 1;
   }
 
   function panelCard(grid, panel) {
     const card = add(grid, "div", "card");
+    card.dataset.draw = panel.draw;
     add(card, "h3", null, panel.title);
-    if (panel.metrics.length > 1 || panel.title !== panel.metrics[0]) add(card, "div", "metrics", panel.metrics.join(", "));
+    const metrics = panel.metrics || [];
+    if (metrics.length > 1 || (metrics.length && panel.title !== metrics[0])) add(card, "div", "metrics", metrics.join(", "));
     add(card, "div", "chart");
+    if (panel.note) add(card, "p", "meta", panel.note);
     return card;
   }
 
@@ -187,11 +236,12 @@
   }
   function enqueueSection(section, grid) {
     const cards = section.panels.map((panel) => panelCard(grid, panel));
-    const width = Math.max(280, (cards[0] ? cards[0].clientWidth : 400) - 18);
-    const height = section.other ? 170 : 220;
+    const lineCard = cards.find((card) => card.dataset.draw === "line");  // tables and bars span the row
+    const width = Math.max(280, (lineCard ? lineCard.clientWidth : 400) - 18);
+    const height = section.other ? 170 : grid.classList.contains("first") ? 190 : 220;
     section.panels.forEach((panel, i) => {
       report.pending += 1;
-      queue.push(() => drawChart(cards[i], section, panel, width, height));
+      queue.push(() => draw(cards[i], section, panel, width, height));
     });
   }
 
@@ -201,37 +251,52 @@
   add(header, "h1", null, DATA.title);
   add(header, "p", "meta", `generated ${DATA.generated} by gtpo_verl ${DATA.version} · ${runs.length} run(s) · ` +
       "self-contained: this file makes no network request · legend: values at the cursor, else each line's last logged value · drag to zoom, double-click to reset");
-
-  const runsTable = add(add(body, "section", "runs"), "table");
-  const head = add(runsTable, "tr");
-  for (const h of ["run", "method", "seed", "steps", "metrics files (rows, steps)", "rewritten steps", "warnings", "notes"]) add(head, "th", null, h);
-  for (const run of runs) {
-    const tr = add(runsTable, "tr");
-    const swatch = add(tr, "td");
-    add(swatch, "span", "swatch").style.background = groups.find((g) => g.name === run.group).color;
-    swatch.appendChild(document.createTextNode(run.name));
-    add(tr, "td", null, run.group);
-    add(tr, "td", null, run.seed === null ? "—" : run.seed);
-    const s = run.stepsArr;
-    add(tr, "td", null, s.length ? `${s[0]}–${s[s.length - 1]} (${s.length})` : "—");
-    add(tr, "td", "files", run.files.map((f) => `${f.path} (${f.rows}, ${f.first}–${f.last})`).join("\n"));
-    add(tr, "td", run.rewritten ? "warn" : null, run.rewritten);
-    add(tr, "td", run.warnings.length + run.log_warnings.length ? "warn" : null, run.warnings.length + run.log_warnings.length);
-    add(tr, "td", run.notes.length ? "warn" : null, run.notes.length);
-  }
   const rewrites = runs.filter((r) => r.rewritten);
   if (rewrites.length) {
     add(body, "p", "notice", `Requeued or resumed runs: ${rewrites.map((r) => r.name).join(", ")} logged some steps more than once ` +
         "(their metrics files are read in the order written); every chart shows the last value written at each step. Their notes list the steps.");
   }
 
-  const toc = add(body, "nav");
+  // one legend for the page, always in view: a colour per method; each chart's own legend adds values
+  const nav = add(body, "nav");
+  const pageLegend = add(nav, "div", "page-legend");
+  for (const group of groups) {
+    const item = add(pageLegend, "span", "legend-item");
+    add(item, "span", "swatch").style.background = group.color;
+    item.appendChild(document.createTextNode(group.runs.length > 1 ? `${group.name} (${group.runs.length} seeds)` : group.name));
+  }
+  const toc = add(nav, "div", "toc");
   const main = add(body, "main");
-  for (const section of DATA.sections) {
+
+  function runsSection() {
+    const box = add(main, "section", "runs");
+    box.id = "runs";
+    add(box, "h2", null, "runs");
+    add(toc, "a", null, "runs").href = "#runs";
+    const runsTable = add(box, "table");
+    const head = add(runsTable, "tr");
+    for (const h of ["run", "method", "seed", "steps", "metrics files (rows, steps)", "rewritten steps", "warnings", "notes"]) add(head, "th", null, h);
+    for (const run of runs) {
+      const tr = add(runsTable, "tr");
+      const swatch = add(tr, "td");
+      add(swatch, "span", "swatch").style.background = groups.find((g) => g.name === run.group).color;
+      swatch.appendChild(document.createTextNode(run.name));
+      add(tr, "td", null, run.group);
+      add(tr, "td", null, run.seed === null ? "—" : run.seed);
+      const s = run.stepsArr;
+      add(tr, "td", null, s.length ? `${s[0]}–${s[s.length - 1]} (${s.length})` : "—");
+      add(tr, "td", "files", run.files.map((f) => `${f.path} (${f.rows}, ${f.first}–${f.last})`).join("\n"));
+      add(tr, "td", run.rewritten ? "warn" : null, run.rewritten);
+      add(tr, "td", run.warnings.length + run.log_warnings.length ? "warn" : null, run.warnings.length + run.log_warnings.length);
+      add(tr, "td", run.notes.length ? "warn" : null, run.notes.length);
+    }
+  }
+
+  DATA.sections.forEach((section, index) => {
     const id = "s-" + section.title.replace(/[^A-Za-z0-9]+/g, "-");
     const link = add(toc, "a", section.other ? "other" : null, section.title);
     link.href = "#" + id;
-    const box = add(main, "section", "panels");
+    const box = add(main, "section", index === 0 ? "panels first" : "panels");
     box.id = id;
     let grid;
     if (section.other) {
@@ -248,33 +313,13 @@
       });
     } else {
       add(box, "h2", null, section.title);
-      grid = add(box, "div", "grid");
-    }
-    if (section.health) {
-      const table = add(box, "table", "health");
-      const tr = add(table, "tr");
-      for (const h of ["flag (1 = on)", "watches", "threshold", "what it means, and the key that fixes it"]) add(tr, "th", null, h);
-      for (const check of section.health) {
-        const row = add(table, "tr");
-        add(row, "td", "mono", check.flag);
-        add(row, "td", "mono", check.metric);
-        add(row, "td", null, `running mean ≥ ${check.threshold}`);
-        add(row, "td", null, check.message);
-      }
-    }
-    if (section.table) {
-      const table = add(box, "table", "mechanism");
-      const tr = add(table, "tr");
-      for (const h of section.table.header) add(tr, "th", null, h);
-      for (const cells of section.table.rows) {
-        const row = add(table, "tr");
-        cells.forEach((cell, i) => add(row, "td", i ? "mono" : null, cell));
-      }
-      add(box, "p", "meta", section.table.note);
+      grid = add(box, "div", index === 0 ? "grid first" : "grid");
     }
     if (section.missing.length) add(box, "p", "missing", "not logged by these runs: " + section.missing.join("; "));
     if (!section.other) enqueueSection(section, grid);
-  }
+    if (index === 0) runsSection();  // the first screen stays on top; the runs table right below it
+  });
+  if (!DATA.sections.length) runsSection();
 
   // ---- warnings, notes, configs ----
   const warn = add(main, "section", "warnings");
