@@ -2,7 +2,9 @@
 
 verl's own V1 PPO trainer (``trainer.use_v1=true``, any ``trainer.v1.trainer_mode``) with
 the GTPO trainer mixin, on ``gtpo_verl/config/gtpo_trainer.yaml`` (verl's ``ppo_trainer`` plus
-our algorithm blocks). Before Ray starts, ``derive_config`` sets the values that follow from
+our algorithm blocks). Before Ray starts, first the installed verl is checked for every piece a
+training run uses (``gtpo_verl/verl_surface.py``: a verl without the V1 trainer or TransferQueue is
+one line on stderr naming the missing piece and the supported verl, exit status 1); then ``derive_config`` sets the values that follow from
 other keys (each logged), then every start-up check runs (``check_training_config``: ours,
 verl's ``validate_config``, the registries; they only read the config); ``gtpo.dry_run=true``
 stops there. Then the
@@ -17,6 +19,7 @@ import sys
 import hydra
 
 CONFIG_ERROR_STATUS = 2  # a usage error: the config, not the machine
+UNSUPPORTED_VERL_STATUS = 1  # the installed verl lacks a piece gtpo_verl needs (as gtpo-preflight's failed checks)
 
 
 def run(config) -> None:
@@ -27,10 +30,14 @@ def run(config) -> None:
 
 
 def check(config) -> list[str]:
-    """The derived values, then every start-up check, before Ray starts (CPU mode switched on first when
-    ``trainer.device=cpu``)."""
+    """The installed verl's surface, then the derived values, then every start-up check, before Ray starts
+    (CPU mode switched on first when ``trainer.device=cpu``). Raises ``UnsupportedVerl`` for a verl
+    without a piece a run needs."""
     from gtpo_verl.trainer.derive import derive_config
     from gtpo_verl.trainer.validation import check_training_config
+    from gtpo_verl.verl_surface import check_startup
+
+    check_startup()  # the V1 trainer, TransferQueue, ...: one line here, not an ImportError in the mixin
 
     if str(config.trainer.device) == "cpu":  # opt-in CPU mode (gtpo_verl/cpu), before Ray starts
         from gtpo_verl.cpu import activate
@@ -73,8 +80,13 @@ def _train(config) -> None:
 
 @hydra.main(config_path="config", config_name="gtpo_trainer", version_base=None)
 def main(config) -> None:
+    from gtpo_verl.verl_surface import UnsupportedVerl
+
     try:
         warnings = check(config)
+    except UnsupportedVerl as err:  # a verl without the V1 trainer or TransferQueue: one line, nothing started
+        print(f"gtpo_verl: {err}", file=sys.stderr)
+        sys.exit(UNSUPPORTED_VERL_STATUS)
     except ValueError as err:  # a bad setting: one line naming the key and the fix, nothing started
         print(f"gtpo_verl: config error: {' '.join(str(err).split())}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_STATUS)

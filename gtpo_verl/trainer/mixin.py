@@ -13,7 +13,8 @@ is kept in checkpoints.
 Validation adds unbiased pass@k and maj@n next to verl's bootstrap best@N (``_val_metrics_update``).
 
 The verl internals it overrides, patches, reads and calls are listed, complete, in docs/trainer.md
-(check them on a verl upgrade; a test keeps the list in step with this class).
+and, as data checked at start-up and against any verl checkout, in ``gtpo_verl/verl_surface.py``
+(tests keep both in step with this class).
 """
 
 from __future__ import annotations
