@@ -1,5 +1,6 @@
 """What a user meets first with the package's own configs, composed by Hydra as ``python -m gtpo_verl.main``
-composes them: GTPO as the estimator (verl's ``gae`` would ask for a critic first); the actor's model folder,
+composes them: GTPO as the estimator (verl's ``gae`` would ask for a critic first) with Paper B's group of 16
+(verl's default of one response leaves no group); the actor's model folder,
 read by the workers on their own nodes, warned about and never refused when the driver lacks it; a
 critic's folder, which verl's own check reads on the driver, refused there with its key."""
 
@@ -37,16 +38,19 @@ def _names_the_actor_path(given: list[str]) -> bool:
 
 
 @pytest.mark.parametrize("config_name", ["gtpo_trainer", "gtpo_trainer_cpu"])
-def test_the_package_configs_default_to_gtpo_and_first_refuse_a_group_of_one(config_name, tmp_path):
-    assert compose_verl().algorithm.adv_estimator == "gae"  # verl's own default trains a critic
+def test_the_package_configs_default_to_gtpo_with_the_papers_group_size(config_name, tmp_path):
+    verl_default = compose_verl()
+    assert verl_default.algorithm.adv_estimator == "gae"  # verl's own default trains a critic
+    assert verl_default.actor_rollout_ref.rollout.n == 1  # and samples one response: no group to compare
     config = compose_gtpo(f"{ACTOR_KEY}={tmp_path}", *SIZES, config_name=config_name)
     assert config.algorithm.adv_estimator == "gtpo_token"
+    assert config.actor_rollout_ref.rollout.n == 16  # Paper B's G
     derive_config(config)
-    with pytest.raises(ConfigError) as caught:
-        check_training_config(config)
-    assert caught.value.key == "actor_rollout_ref.rollout.n"  # verl's default n = 1, not a missing critic
     if config_name == "gtpo_trainer_cpu":  # one fake GPU: verl's batch checks hold at these sizes
-        assert not _names_the_actor_path(_check(with_overrides(config, "actor_rollout_ref.rollout.n=4")))
+        assert not _names_the_actor_path(_check(config))  # a model and sizes are all it needs
+    with pytest.raises(ConfigError) as caught:  # verl's n = 1, set explicitly, is refused with its key
+        check_training_config(with_overrides(config, "actor_rollout_ref.rollout.n=1"))
+    assert caught.value.key == "actor_rollout_ref.rollout.n"
 
 
 def test_an_actor_folder_missing_on_the_driver_is_a_warning_never_a_refusal(tmp_path):
