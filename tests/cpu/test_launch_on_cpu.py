@@ -13,11 +13,11 @@ from hydra import compose, initialize_config_dir
 
 import gtpo_verl
 from gtpo_verl.cpu.launch import TIMED_OUT, launch, run_sizes, sampled_validation, trainer_command
+from support.demo_modules import demo_module
 from support.paths import REPO_ROOT
 from support.run_files import write_run_files
 
 CONFIG_DIR = os.path.join(os.path.dirname(gtpo_verl.__file__), "config")
-DEMO = str(REPO_ROOT / "examples" / "cpu_demo")
 
 
 @pytest.fixture(scope="module")
@@ -83,11 +83,7 @@ def test_every_demo_run_composes_with_the_real_config(tmp_path):
 
     from gtpo_verl.trainer.validation import validate_gtpo_config
 
-    sys.path.insert(0, DEMO)
-    try:
-        import run_demo
-    finally:
-        sys.path.remove(DEMO)
+    run_demo = demo_module("run_demo")
     args = argparse.Namespace(prompts=8, group=4, lr=1e-3)
     for run in run_demo.RUNS:
         overrides = run_demo.common_overrides(args, str(tmp_path / "data"), str(tmp_path / "model"), 12) + run_demo.RUNS[run]

@@ -3,9 +3,9 @@ lab's code, the real-LM study's code and the committed result files (read under 
 the pipeline re-run's one endpoint window recomputes its committed endpoints exactly."""
 
 import json
-import sys
 
 import pytest
+from support.demo_modules import demo_module
 from support.paths import REPO_ROOT
 
 from gtpo_verl.lab.claim_ids import (
@@ -15,15 +15,10 @@ from gtpo_verl.lab.verdicts import PRIMARY_CLAIMS
 
 LAB_RESULTS = REPO_ROOT / "docs" / "lab" / "results.json"
 PIPELINE_RESULTS = REPO_ROOT / "docs" / "lab" / "pipeline" / "results.json"
-DEMO = str(REPO_ROOT / "examples" / "cpu_demo")
 
 
 def lm_study():
-    sys.path.insert(0, DEMO)
-    try:
-        return __import__("lm_study")
-    finally:
-        sys.path.remove(DEMO)
+    return demo_module("lm_study")
 
 
 def test_the_committed_files_read_under_their_project_ids():

@@ -6,7 +6,8 @@ import math
 import random
 
 import pytest
-import torch
+
+from support.torch_threads import torch_threads
 
 from gtpo_verl.lab.collapse import warm_start_confidence
 from gtpo_verl.lab.tasks import DISTRACTORS, EOS_ID, TASKS, TOKEN_ID, VOCAB, CarryTrap, decode_response, encode
@@ -60,10 +61,8 @@ def test_the_policy_has_distractor_outputs_no_demonstration_uses():
 @pytest.fixture
 def one_thread():
     """One torch thread, as each study worker runs its warm starts (``study._init_worker``)."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+    with torch_threads(1):
+        yield
 
 
 def test_the_warm_start_is_confident_and_confidently_wrong_on_a_sizeable_share(one_thread):

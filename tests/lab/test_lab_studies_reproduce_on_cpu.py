@@ -9,8 +9,8 @@ import dataclasses
 import json
 
 import pytest
-import torch
 from support.paths import REPO_ROOT
+from support.torch_threads import torch_threads
 
 import verl  # noqa: F401  (loads the plugin: our estimators register)
 from gtpo_verl.lab.collapse import SETTINGS
@@ -29,10 +29,8 @@ def _study(name: str) -> dict:
 
 @pytest.fixture
 def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
 
 
 @pytest.mark.parametrize("study, method, seed", [("paper_b", "DAPO_TOKEN", 0), ("paper_a", "GTPO_TRAJ_PAPER", 0)])

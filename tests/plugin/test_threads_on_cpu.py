@@ -13,6 +13,8 @@ import threading
 import pytest
 import torch
 
+from support.torch_threads import torch_threads
+
 from gtpo_verl.plugin import threads as cpu_threads
 from gtpo_verl.algorithms.kernels.gtpo_token import gtpo_token_advantage
 from gtpo_verl.plugin.threads import one_cpu_thread
@@ -22,10 +24,8 @@ from gtpo_verl.algorithms.trajectory import gtpo_traj_advantage
 
 @pytest.fixture
 def two_threads():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(saved)
+    with torch_threads(2):
+        yield
 
 
 def _threads_inside(tensor, fail=False):

@@ -3,13 +3,13 @@ and recipes/launch.sh turns them into a waiting `ray job submit` of `python3 -m 
 
 import os
 import subprocess
-import sys
 
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import gtpo_verl
 from gtpo_verl.trainer.audit_dump import validate_audit_config
+from support.demo_modules import demo_module
 from support.paths import REPO_ROOT
 
 ROOT = str(REPO_ROOT)
@@ -18,12 +18,7 @@ CONFIG_DIR = os.path.join(os.path.dirname(gtpo_verl.__file__), "config")
 
 
 def cluster_module():
-    sys.path.insert(0, DEMO)
-    try:
-        import run_cluster
-    finally:
-        sys.path.remove(DEMO)
-    return run_cluster
+    return demo_module("run_cluster")
 
 
 def overrides(tmp_path):

@@ -3,124 +3,48 @@ real-LM study's arms, the device check's methods and the lab's method rows. What
 each caller must still get exactly these. Override lists compare as sets of distinct keys: plain
 ``key=value`` overrides of distinct keys compose to the same config in any order."""
 
-import sys
 
 import torch
 
+from support.demo_modules import demo_module
 from support.paths import REPO_ROOT
 
 DEMO = str(REPO_ROOT / "examples" / "cpu_demo")
 
-CPU_DEMO_RUNS = {'DAPO': ['actor_rollout_ref.actor.clip_ratio_low=0.2', 'actor_rollout_ref.actor.clip_ratio_high=0.28',
-          'actor_rollout_ref.actor.clip_ratio_c=10.0', 'algorithm.filter_groups.enable=true',
-          'algorithm.filter_groups.metric=acc', 'algorithm.use_kl_in_reward=false',
-          'actor_rollout_ref.actor.use_kl_loss=false', 'algorithm.adv_estimator=grpo',
-          'actor_rollout_ref.actor.loss_agg_mode=token-mean', 'reward.custom_reward_function.path={HERE}/task.py',
-          'reward.custom_reward_function.name=compute_score'],
- 'DAPO_TOKEN': ['actor_rollout_ref.actor.clip_ratio_low=0.2', 'actor_rollout_ref.actor.clip_ratio_high=0.28',
-                'actor_rollout_ref.actor.clip_ratio_c=10.0', 'algorithm.filter_groups.enable=true',
-                'algorithm.filter_groups.metric=acc', 'algorithm.use_kl_in_reward=false',
-                'actor_rollout_ref.actor.use_kl_loss=false', 'algorithm.adv_estimator=gtpo_token',
-                'actor_rollout_ref.actor.loss_agg_mode=token-mean',
-                'reward.custom_reward_function.path={HERE}/task.py',
-                'reward.custom_reward_function.name=compute_score'],
- 'DAPO_SEQ': ['actor_rollout_ref.actor.clip_ratio_low=0.2', 'actor_rollout_ref.actor.clip_ratio_high=0.28',
-              'actor_rollout_ref.actor.clip_ratio_c=10.0', 'algorithm.filter_groups.enable=true',
-              'algorithm.filter_groups.metric=acc', 'algorithm.use_kl_in_reward=false',
-              'actor_rollout_ref.actor.use_kl_loss=false', 'algorithm.adv_estimator=grpo_s',
-              'actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s',
-              'actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean',
-              'reward.custom_reward_function.path={HERE}/task.py',
-              'reward.custom_reward_function.name=compute_score'],
- 'GTPO_TRAJ': ['algorithm.adv_estimator=gtpo_traj', 'actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean',
-               'algorithm.use_kl_in_reward=false', 'actor_rollout_ref.actor.use_kl_loss=false',
-               'algorithm.gtpo_traj.preset=paper', 'reward.custom_reward_function.path={HERE}/task.py',
-               'reward.custom_reward_function.name=compute_score_paper_a']}
+DAPO_RECIPE = ['actor_rollout_ref.actor.clip_ratio_low=0.2', 'actor_rollout_ref.actor.clip_ratio_high=0.28',
+               'actor_rollout_ref.actor.clip_ratio_c=10.0', 'algorithm.filter_groups.enable=true',
+               'algorithm.filter_groups.metric=acc', 'algorithm.use_kl_in_reward=false',
+               'actor_rollout_ref.actor.use_kl_loss=false']
+NO_KL = ['algorithm.use_kl_in_reward=false', 'actor_rollout_ref.actor.use_kl_loss=false']
+LM_SCORER = ['reward.custom_reward_function.path={HERE}/arithmetic_task.py',
+             'reward.custom_reward_function.name=compute_score']
 
-CPU_DEMO_DAPO = ['actor_rollout_ref.actor.clip_ratio_low=0.2', 'actor_rollout_ref.actor.clip_ratio_high=0.28',
- 'actor_rollout_ref.actor.clip_ratio_c=10.0', 'algorithm.filter_groups.enable=true',
- 'algorithm.filter_groups.metric=acc', 'algorithm.use_kl_in_reward=false',
- 'actor_rollout_ref.actor.use_kl_loss=false', 'reward.custom_reward_function.path={HERE}/task.py',
- 'reward.custom_reward_function.name=compute_score']
+CPU_DEMO_RUNS = {
+    'DAPO': [*DAPO_RECIPE, 'algorithm.adv_estimator=grpo', 'actor_rollout_ref.actor.loss_agg_mode=token-mean', 'reward.custom_reward_function.path={HERE}/task.py', 'reward.custom_reward_function.name=compute_score'],
+    'DAPO_TOKEN': [*DAPO_RECIPE, 'algorithm.adv_estimator=gtpo_token', 'actor_rollout_ref.actor.loss_agg_mode=token-mean', 'reward.custom_reward_function.path={HERE}/task.py', 'reward.custom_reward_function.name=compute_score'],
+    'DAPO_SEQ': [*DAPO_RECIPE, 'algorithm.adv_estimator=grpo_s', 'actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s', 'actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean', 'reward.custom_reward_function.path={HERE}/task.py', 'reward.custom_reward_function.name=compute_score'],
+    'GTPO_TRAJ': ['algorithm.adv_estimator=gtpo_traj', 'actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean', *NO_KL, 'algorithm.gtpo_traj.preset=paper', 'reward.custom_reward_function.path={HERE}/task.py', 'reward.custom_reward_function.name=compute_score_paper_a'],
+}
 
-LM_DEMO_RUNS = {'DAPO': ['actor_rollout_ref.actor.clip_ratio_low=0.2', 'actor_rollout_ref.actor.clip_ratio_high=0.28',
-          'actor_rollout_ref.actor.clip_ratio_c=10.0', 'algorithm.filter_groups.enable=true',
-          'algorithm.filter_groups.metric=acc', 'algorithm.use_kl_in_reward=false',
-          'actor_rollout_ref.actor.use_kl_loss=false', 'algorithm.adv_estimator=grpo',
-          'actor_rollout_ref.actor.loss_agg_mode=token-mean',
-          'reward.custom_reward_function.path={HERE}/arithmetic_task.py',
-          'reward.custom_reward_function.name=compute_score'],
- 'DAPO_TOKEN': ['actor_rollout_ref.actor.clip_ratio_low=0.2', 'actor_rollout_ref.actor.clip_ratio_high=0.28',
-                'actor_rollout_ref.actor.clip_ratio_c=10.0', 'algorithm.filter_groups.enable=true',
-                'algorithm.filter_groups.metric=acc', 'algorithm.use_kl_in_reward=false',
-                'actor_rollout_ref.actor.use_kl_loss=false', 'algorithm.adv_estimator=gtpo_token',
-                'actor_rollout_ref.actor.loss_agg_mode=token-mean',
-                'reward.custom_reward_function.path={HERE}/arithmetic_task.py',
-                'reward.custom_reward_function.name=compute_score'],
- 'DAPO_SEQ': ['actor_rollout_ref.actor.clip_ratio_low=0.2', 'actor_rollout_ref.actor.clip_ratio_high=0.28',
-              'actor_rollout_ref.actor.clip_ratio_c=10.0', 'algorithm.filter_groups.enable=true',
-              'algorithm.filter_groups.metric=acc', 'algorithm.use_kl_in_reward=false',
-              'actor_rollout_ref.actor.use_kl_loss=false', 'algorithm.adv_estimator=grpo_s',
-              'actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s',
-              'actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean',
-              'reward.custom_reward_function.path={HERE}/arithmetic_task.py',
-              'reward.custom_reward_function.name=compute_score'],
- 'GTPO_TRAJ': ['algorithm.adv_estimator=gtpo_traj', 'actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean',
-               'algorithm.use_kl_in_reward=false', 'actor_rollout_ref.actor.use_kl_loss=false',
-               'algorithm.gtpo_traj.preset=official', 'reward.custom_reward_function.path={HERE}/arithmetic_task.py',
-               'reward.custom_reward_function.name=compute_score'],
- 'GTPO_TRAJ_SCALED': ['algorithm.adv_estimator=gtpo_traj',
-                      'actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean', 'algorithm.use_kl_in_reward=false',
-                      'actor_rollout_ref.actor.use_kl_loss=false', 'algorithm.gtpo_traj.preset=official',
-                      'algorithm.gtpo_traj.entropy_threshold_ratio=1.5',
-                      'reward.custom_reward_function.path={HERE}/arithmetic_task.py',
-                      'reward.custom_reward_function.name=compute_score']}
+CPU_DEMO_DAPO = [*DAPO_RECIPE, 'reward.custom_reward_function.path={HERE}/task.py', 'reward.custom_reward_function.name=compute_score']
 
-STUDY_ARMS = {'DAPO': ['actor_rollout_ref.actor.clip_ratio_low=0.2', 'actor_rollout_ref.actor.clip_ratio_high=0.28',
-          'actor_rollout_ref.actor.clip_ratio_c=10.0', 'algorithm.filter_groups.enable=true',
-          'algorithm.filter_groups.metric=acc', 'algorithm.use_kl_in_reward=false',
-          'actor_rollout_ref.actor.use_kl_loss=false', 'algorithm.adv_estimator=grpo',
-          'actor_rollout_ref.actor.loss_agg_mode=token-mean',
-          'reward.custom_reward_function.path={HERE}/arithmetic_task.py',
-          'reward.custom_reward_function.name=compute_score'],
- 'DAPO_TOKEN': ['actor_rollout_ref.actor.clip_ratio_low=0.2', 'actor_rollout_ref.actor.clip_ratio_high=0.28',
-                'actor_rollout_ref.actor.clip_ratio_c=10.0', 'algorithm.filter_groups.enable=true',
-                'algorithm.filter_groups.metric=acc', 'algorithm.use_kl_in_reward=false',
-                'actor_rollout_ref.actor.use_kl_loss=false', 'algorithm.adv_estimator=gtpo_token',
-                'actor_rollout_ref.actor.loss_agg_mode=token-mean',
-                'reward.custom_reward_function.path={HERE}/arithmetic_task.py',
-                'reward.custom_reward_function.name=compute_score'],
- 'DAPO_TOKEN_NO_ENTROPY': ['actor_rollout_ref.actor.clip_ratio_low=0.2',
-                           'actor_rollout_ref.actor.clip_ratio_high=0.28',
-                           'actor_rollout_ref.actor.clip_ratio_c=10.0', 'algorithm.filter_groups.enable=true',
-                           'algorithm.filter_groups.metric=acc', 'algorithm.use_kl_in_reward=false',
-                           'actor_rollout_ref.actor.use_kl_loss=false', 'algorithm.adv_estimator=gtpo_token',
-                           'actor_rollout_ref.actor.loss_agg_mode=token-mean',
-                           'reward.custom_reward_function.path={HERE}/arithmetic_task.py',
-                           'reward.custom_reward_function.name=compute_score', 'algorithm.gtpo_token.alpha2=0'],
- 'DAPO_TOKEN_ROW': ['actor_rollout_ref.actor.clip_ratio_low=0.2', 'actor_rollout_ref.actor.clip_ratio_high=0.28',
-                    'actor_rollout_ref.actor.clip_ratio_c=10.0', 'algorithm.filter_groups.enable=true',
-                    'algorithm.filter_groups.metric=acc', 'algorithm.use_kl_in_reward=false',
-                    'actor_rollout_ref.actor.use_kl_loss=false', 'algorithm.adv_estimator=gtpo_token',
-                    'actor_rollout_ref.actor.loss_agg_mode=token-mean',
-                    'reward.custom_reward_function.path={HERE}/arithmetic_task.py',
-                    'reward.custom_reward_function.name=compute_score',
-                    'algorithm.gtpo_token.entropy_share=geometric'],
- 'GTPO_TRAJ_PAPER': ['algorithm.adv_estimator=gtpo_traj', 'actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean',
-                     'algorithm.use_kl_in_reward=false', 'actor_rollout_ref.actor.use_kl_loss=false',
-                     'reward.custom_reward_function.path={HERE}/arithmetic_task.py',
-                     'reward.custom_reward_function.name=compute_score', 'algorithm.gtpo_traj.preset=paper'],
- 'GTPO_TRAJ_RATIO': ['algorithm.adv_estimator=gtpo_traj', 'actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean',
-                     'algorithm.use_kl_in_reward=false', 'actor_rollout_ref.actor.use_kl_loss=false',
-                     'reward.custom_reward_function.path={HERE}/arithmetic_task.py',
-                     'reward.custom_reward_function.name=compute_score', 'algorithm.gtpo_traj.preset=official',
-                     'algorithm.gtpo_traj.entropy_threshold_ratio=1.5'],
- 'GTPO_TRAJ_RATIO_NO_REG': ['algorithm.adv_estimator=gtpo_traj',
-                            'actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean',
-                            'algorithm.use_kl_in_reward=false', 'actor_rollout_ref.actor.use_kl_loss=false',
-                            'reward.custom_reward_function.path={HERE}/arithmetic_task.py',
-                            'reward.custom_reward_function.name=compute_score', 'algorithm.gtpo_traj.preset=official',
-                            'algorithm.gtpo_traj.entropy_threshold_ratio=1.5', 'algorithm.gtpo_traj.gamma=0']}
+LM_DEMO_RUNS = {
+    'DAPO': [*DAPO_RECIPE, 'algorithm.adv_estimator=grpo', 'actor_rollout_ref.actor.loss_agg_mode=token-mean', *LM_SCORER],
+    'DAPO_TOKEN': [*DAPO_RECIPE, 'algorithm.adv_estimator=gtpo_token', 'actor_rollout_ref.actor.loss_agg_mode=token-mean', *LM_SCORER],
+    'DAPO_SEQ': [*DAPO_RECIPE, 'algorithm.adv_estimator=grpo_s', 'actor_rollout_ref.actor.policy_loss.loss_mode=grpo_s', 'actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean', *LM_SCORER],
+    'GTPO_TRAJ': ['algorithm.adv_estimator=gtpo_traj', 'actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean', *NO_KL, 'algorithm.gtpo_traj.preset=official', *LM_SCORER],
+    'GTPO_TRAJ_SCALED': ['algorithm.adv_estimator=gtpo_traj', 'actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean', *NO_KL, 'algorithm.gtpo_traj.preset=official', 'algorithm.gtpo_traj.entropy_threshold_ratio=1.5', *LM_SCORER],
+}
+
+STUDY_ARMS = {
+    'DAPO': [*DAPO_RECIPE, 'algorithm.adv_estimator=grpo', 'actor_rollout_ref.actor.loss_agg_mode=token-mean', *LM_SCORER],
+    'DAPO_TOKEN': [*DAPO_RECIPE, 'algorithm.adv_estimator=gtpo_token', 'actor_rollout_ref.actor.loss_agg_mode=token-mean', *LM_SCORER],
+    'DAPO_TOKEN_NO_ENTROPY': [*DAPO_RECIPE, 'algorithm.adv_estimator=gtpo_token', 'actor_rollout_ref.actor.loss_agg_mode=token-mean', 'reward.custom_reward_function.path={HERE}/arithmetic_task.py', 'reward.custom_reward_function.name=compute_score', 'algorithm.gtpo_token.alpha2=0'],
+    'DAPO_TOKEN_ROW': [*DAPO_RECIPE, 'algorithm.adv_estimator=gtpo_token', 'actor_rollout_ref.actor.loss_agg_mode=token-mean', 'reward.custom_reward_function.path={HERE}/arithmetic_task.py', 'reward.custom_reward_function.name=compute_score', 'algorithm.gtpo_token.entropy_share=geometric'],
+    'GTPO_TRAJ_PAPER': ['algorithm.adv_estimator=gtpo_traj', 'actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean', *NO_KL, 'reward.custom_reward_function.path={HERE}/arithmetic_task.py', 'reward.custom_reward_function.name=compute_score', 'algorithm.gtpo_traj.preset=paper'],
+    'GTPO_TRAJ_RATIO': ['algorithm.adv_estimator=gtpo_traj', 'actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean', *NO_KL, 'reward.custom_reward_function.path={HERE}/arithmetic_task.py', 'reward.custom_reward_function.name=compute_score', 'algorithm.gtpo_traj.preset=official', 'algorithm.gtpo_traj.entropy_threshold_ratio=1.5'],
+    'GTPO_TRAJ_RATIO_NO_REG': ['algorithm.adv_estimator=gtpo_traj', 'actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean', *NO_KL, 'reward.custom_reward_function.path={HERE}/arithmetic_task.py', 'reward.custom_reward_function.name=compute_score', 'algorithm.gtpo_traj.preset=official', 'algorithm.gtpo_traj.entropy_threshold_ratio=1.5', 'algorithm.gtpo_traj.gamma=0'],
+}
 
 # the device check's composed config: (adv_estimator, loss_mode, loss_agg_mode, clip low, high, c,
 # filter_groups.enable, use_kl_in_reward, use_kl_loss)
@@ -154,13 +78,6 @@ LAB_METHODS = [
 ]
 
 
-def _demo_module(name, folder=DEMO):
-    sys.path.insert(0, folder)
-    try:
-        return __import__(name, fromlist=["_"])
-    finally:
-        sys.path.remove(folder)
-
 
 def assert_same_overrides(got, expected):
     expected = [o.replace("{HERE}", DEMO) for o in expected]
@@ -177,23 +94,23 @@ def assert_same_runs(got, expected):
 
 
 def test_cpu_demo_runs():
-    run_demo = _demo_module("run_demo")
+    run_demo = demo_module("run_demo")
     assert_same_runs(run_demo.RUNS, CPU_DEMO_RUNS)
     assert_same_overrides(run_demo.DAPO, CPU_DEMO_DAPO)
 
 
 def test_lm_demo_runs():
-    assert_same_runs(_demo_module("run_lm_demo").RUNS, LM_DEMO_RUNS)
+    assert_same_runs(demo_module("run_lm_demo").RUNS, LM_DEMO_RUNS)
 
 
 def test_study_arms():
-    arms = _demo_module("lm_study").ARMS
+    arms = demo_module("lm_study").ARMS
     assert_same_runs({name: arm.knobs for name, arm in arms.items()}, STUDY_ARMS)
     assert {name: arm.audited for name, arm in arms.items()} == {name: name != "DAPO" for name in STUDY_ARMS}
 
 
 def test_device_check_methods():
-    device_check = _demo_module("benchmarks.check_actor_device", str(REPO_ROOT))
+    device_check = demo_module("benchmarks.check_actor_device", str(REPO_ROOT))
     SETTINGS, STEPS, compose = device_check.SETTINGS, device_check.STEPS, device_check.compose
     for method, expected in DEVICE_CHECK_CONFIG.items():
         config = compose(torch.device("cpu"), next(iter(SETTINGS)), method, "/no/model", STEPS["cpu"])

@@ -16,6 +16,7 @@ from hydra import compose, initialize_config_dir
 from safetensors.numpy import load_file
 
 import gtpo_verl
+from support.demo_modules import demo_module
 from support.paths import REPO_ROOT
 
 ROOT = str(REPO_ROOT)
@@ -25,12 +26,6 @@ RESULTS = os.path.join(ROOT, "docs", "real_lm", "results.json")
 CONFIG_DIR = os.path.join(os.path.dirname(gtpo_verl.__file__), "config")
 
 
-def demo_module(name):
-    sys.path.insert(0, DEMO)
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(DEMO)
 
 
 # ---------------------------------------------------------------- converter and task

@@ -5,26 +5,21 @@ Holm, the untestable rule), with a study stopped half-way resuming where it stop
 
 import json
 import os
-import sys
 
 import pytest
 from hydra import compose, initialize_config_dir
 
 import gtpo_verl
+from support.demo_modules import demo_module
 from support.paths import REPO_ROOT
 
 CONFIG_DIR = os.path.join(os.path.dirname(gtpo_verl.__file__), "config")
-DEMO = str(REPO_ROOT / "examples" / "cpu_demo")
 PAGE = (REPO_ROOT / "docs" / "real_lm.md").read_text()
 
 
 @pytest.fixture(scope="module")
 def study():
-    sys.path.insert(0, DEMO)
-    try:
-        return __import__("lm_study")
-    finally:
-        sys.path.remove(DEMO)
+    return demo_module("lm_study")
 
 
 def test_every_arm_composes_and_passes_the_start_up_checks(study, tmp_path):

@@ -14,15 +14,7 @@ from support.paths import REPO_ROOT
 
 from gtpo_verl.tools.figures import DPI, PANEL_SIZE, figure, pyplot
 
-DEMO = str(REPO_ROOT / "examples" / "cpu_demo")
-
-
-def demo_module(name):
-    sys.path.insert(0, DEMO)
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(DEMO)
+from support.demo_modules import demo_module
 
 
 def png_size(path) -> tuple[int, int]:
