@@ -40,7 +40,7 @@ sys.path.insert(0, HERE)
 from run_demo import DAPO, RUNS, prepare_task  # noqa: E402
 
 from gtpo_verl.cpu.launch import run_sizes  # noqa: E402
-from gtpo_verl.tools.ray_auth import write_token  # noqa: E402
+from gtpo_verl.ray_auth import write_token  # noqa: E402
 from gtpo_verl.trainer.metrics_file import read_metrics_file  # noqa: E402
 
 RUN = "DAPO_TOKEN"

@@ -119,7 +119,7 @@ class SharedRayCluster:
         import socket
 
         from gtpo_verl.cpu.platform import ENV_FLAG
-        from gtpo_verl.tools.ray_auth import write_token
+        from gtpo_verl.ray_auth import write_token
 
         self.folder = tempfile.mkdtemp(prefix="gtpo_ray_")  # short: Ray's socket paths must fit 107 bytes
         self.token_path = write_token(self.folder)

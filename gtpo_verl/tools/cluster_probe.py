@@ -17,7 +17,7 @@ from typing import Optional
 from omegaconf import OmegaConf
 
 from gtpo_verl.tools import node_probe
-from gtpo_verl.tools.ray_auth import token_source
+from gtpo_verl.ray_auth import token_source
 
 PROBE_TIMEOUT_S = 180
 

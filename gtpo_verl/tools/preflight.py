@@ -48,7 +48,7 @@ from omegaconf import OmegaConf
 
 from gtpo_verl.tools import launch_checks, node_probe
 from gtpo_verl.tools.cluster_probe import ClusterRefused, Node, cluster_address, probe_cluster, probe_timeout_s
-from gtpo_verl.tools.ray_auth import token_source
+from gtpo_verl.ray_auth import token_source
 from gtpo_verl.tools.required_verl import PIN_FILE, required_verl
 from gtpo_verl.trainer.settings import GTPOSettings
 

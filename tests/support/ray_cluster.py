@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
 
-from gtpo_verl.tools.ray_auth import write_token
+from gtpo_verl.ray_auth import write_token
 
 PYTHON_BIN = str(Path(sys.executable).parent)
 

@@ -280,7 +280,7 @@ def test_pins_are_verls_and_documented():
 
 
 def test_token_file_and_source(tmp_path, monkeypatch):
-    from gtpo_verl.tools.ray_auth import token_source, write_token
+    from gtpo_verl.ray_auth import token_source, write_token
 
     path = write_token(str(tmp_path))
     assert (Path(path).stat().st_mode & 0o777) == 0o600
