@@ -10,6 +10,7 @@ Without /usr/bin/chromium these tests skip, saying why, unless GTPO_REQUIRE_BROW
 import importlib.util
 import json
 import os
+from contextlib import contextmanager
 
 import pytest
 from support.browser import Browser, chromium_path
@@ -28,6 +29,15 @@ RUN_METRICS = FIXTURES / "cpu_run_metrics"
 POINTS = 40  # legend reads per line (evenly spread, last point included); every point's value is compared too
 
 
+@contextmanager
+def drawn(page):
+    """The report ``page`` open in Chromium once its script has drawn every chart."""
+    with Browser() as browser:
+        browser.open(page.as_uri())
+        browser.wait_until("window.gtpoReport && gtpoReport.done")
+        yield browser
+
+
 def load_report_runs():
     spec = importlib.util.spec_from_file_location("report_runs", REPO_ROOT / "benchmarks" / "report_runs.py")
     module = importlib.util.module_from_spec(spec)
@@ -44,9 +54,7 @@ def test_real_cpu_runs_and_two_seeds_of_one_method(tmp_path):
     assert result["panels"] >= 30 and result["charts"] > result["panels"] and result["points_checked"] > 1000
     assert (tmp_path / "report.png").stat().st_size > 100_000
     # the seed statistics were among the numbers checked
-    with Browser() as browser:
-        browser.open(page.as_uri())
-        browser.wait_until("window.gtpoReport && gtpoReport.done")
+    with drawn(page) as browser:
         kinds = browser.evaluate("[...new Set(gtpoReport.charts.flatMap(c => c.series.map(s => s.kind)))]")
         groups = browser.evaluate("gtpoReport.groups.map(g => [g.name, g.runs])")
     assert set(kinds) == {"run", "seed", "mean", "min", "max"}
@@ -59,9 +67,7 @@ def test_the_cpu_demos_runs_with_their_validation_samples(tmp_path):
     result = check_page(page, tmp_path / "report.png", points_per_series=POINTS)
     # also: each pass@k recomputed from the samples equals the logged one at its step
     assert result["failures"] == []
-    with Browser() as browser:
-        browser.open(page.as_uri())
-        browser.wait_until("window.gtpoReport && gtpoReport.done")
+    with drawn(page) as browser:
         sections = browser.evaluate("[...document.querySelectorAll('main section.panels h2')].map(h => h.textContent)")
     assert "validation recomputed from the samples (gtpo_cpu_demo/even_digit)" in sections
 
@@ -80,9 +86,7 @@ def test_a_requeued_run_is_drawn_from_its_last_writes_and_the_page_says_so(tmp_p
     page = write_report({"GTPO_TRAJ": str(run_dir)}, tmp_path / "report.html")
     result = check_page(page, points_per_series=POINTS)  # the numbers: the files merged, later writes winning
     assert result["failures"] == []
-    with Browser() as browser:
-        browser.open(page.as_uri())
-        browser.wait_until("window.gtpoReport && gtpoReport.done")
+    with drawn(page) as browser:
         notice = browser.evaluate("document.querySelector('.notice').textContent")
         notes = browser.evaluate("[...document.querySelectorAll('.warnings li')].map(li => li.textContent)")
     assert "GTPO_TRAJ logged some steps more than once" in notice and "last value written" in notice
@@ -100,9 +104,7 @@ def test_markup_in_names_and_configs_stays_text(tmp_path):
     page = write_report({hostile: str(run_dir)}, tmp_path / "report.html", title=hostile)
     result = check_page(page, points_per_series=POINTS)  # no request (the <img> never loads), no error
     assert result["failures"] == []
-    with Browser() as browser:
-        browser.open(page.as_uri())
-        browser.wait_until("window.gtpoReport && gtpoReport.done")
+    with drawn(page) as browser:
         assert browser.evaluate("document.title") == hostile  # the title element's text, not a script's doing
         assert browser.evaluate("document.querySelectorAll('img').length") == 0
         assert browser.evaluate("document.querySelectorAll('script').length") == 3  # data, uPlot, the page's own
@@ -123,9 +125,7 @@ def test_a_synthetic_2000_step_run_of_300_metrics(tmp_path):
 
 def test_the_first_screen_shows_reward_entropy_and_health_and_no_lone_dots(tmp_path):
     page = write_report([str(FIXTURES / "cpu_demo_runs")], tmp_path / "report.html")
-    with Browser() as browser:  # 1400 × 900
-        browser.open(page.as_uri())
-        browser.wait_until("window.gtpoReport && gtpoReport.done")
+    with drawn(page) as browser:  # 1400 × 900
         first = browser.evaluate("[...document.querySelectorAll('main section.panels')[0].querySelectorAll('.card')]"
                                  ".map(c => [c.querySelector('h3').textContent, c.dataset.draw, c.getBoundingClientRect().top])")
         fold = browser.evaluate("window.innerHeight")
@@ -147,9 +147,7 @@ def test_twelve_runs_keep_one_page_legend_and_compact_chart_legends(tmp_path):
     page = write_report(runs, tmp_path / "report.html", other_metrics=False)
     result = check_page(page, points_per_series=10)
     assert result["failures"] == []
-    with Browser() as browser:
-        browser.open(page.as_uri())
-        browser.wait_until("window.gtpoReport && gtpoReport.done")
+    with drawn(page) as browser:
         legend = browser.evaluate("document.querySelectorAll('nav .page-legend .legend-item').length")
         heights = browser.evaluate("[...document.querySelectorAll('.card.long-legend .u-legend')].map(l => l.clientHeight)")
         lines = browser.evaluate("Math.max(...gtpoReport.charts.map(c => c.series.length))")
