@@ -12,7 +12,7 @@ page's tables.
 
 Definitions (H_{i,t} the old-policy entropy, o_i the valid tokens of response i, ⟨H⟩_i their mean):
 
-- entropy profile and Paper A's δ at 0.7, ln 2 and 1.5·⟨H⟩_ini: ``gtpo_verl.algorithms.entropy_profile``
+- entropy profile and Paper A's δ at 0.7, ln 2 and 1.5·⟨H⟩_ini: ``gtpo_verl.lab.entropy_profile``
   and ``algorithms.trajectory.entropy_filter`` (⟨H⟩_ini is the dump's, else the batch's mean ⟨H⟩_i:
   at step 1, the initial model's);
 - GTPO-token's bonus (S18, ``algorithms.token_shaping.column_share``): on each group's successes,
@@ -40,7 +40,7 @@ import sys
 
 import numpy as np
 
-from gtpo_verl.algorithms.entropy_profile import delta_filter, entropy_profile
+from gtpo_verl.lab.entropy_profile import delta_filter, entropy_profile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))

@@ -3,7 +3,7 @@ with grammar roles, where its entropy sits (decision, forced, off the grammar).
 
 ``warm_start_profile`` pools one first batch (``prompts`` × ``group`` responses, the sampler of
 step 1) per seed, after each seed's warm start; the profile's definitions are
-``gtpo_verl.algorithms.entropy_profile``'s, the ones docs/real_lm.md applies to a real LM's batches.
+``gtpo_verl.lab.entropy_profile``'s, the ones docs/real_lm.md applies to a real LM's batches.
 
 ``mechanism_check`` is the pre-registered test of a Paper B task, run before any study uses it:
 on one seed's first batch at group size 16, GTPO-token's bonus (Eq. S18's column share, through
@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from gtpo_verl.algorithms.entropy_profile import DELTA_OFFICIAL, delta_filter, entropy_profile
+from gtpo_verl.lab.entropy_profile import DELTA_OFFICIAL, delta_filter, entropy_profile
 from gtpo_verl.lab.policy import TinyCausalLM, init_seed, score
 from gtpo_verl.lab.tasks import EOS_ID, ROLE_DECISION, ROLE_FORCED, ROLE_OFF, TASKS, PromptStream, Task, prompt_tensor
 from gtpo_verl.lab.train import (

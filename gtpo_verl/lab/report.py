@@ -45,7 +45,7 @@ def _fmt_power(value) -> str:
 
 
 def _calibration_lines(payload: dict[str, Any]) -> list[str]:
-    lines = ["### The warm start's entropy profile (first training batch of each seed, `gtpo_verl/algorithms/entropy_profile.py`)", "",
+    lines = ["### The warm start's entropy profile (first training batch of each seed, `gtpo_verl/lab/entropy_profile.py`)", "",
              "| task | responses | token-mean H | median | p90 | share > 0.7 | top-20 % share | δ filters at 0.7 | "
              "decision tokens: share / mean H / entropy share | forced tokens: share / mean H / entropy share | off-grammar tokens |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]

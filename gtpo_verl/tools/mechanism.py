@@ -100,7 +100,7 @@ def run_estimators(record: dict) -> Mechanism:
 
     from gtpo_verl.algorithms.token_shaping import column_share
     from gtpo_verl.algorithms.trajectory import conflict_token_weights, initial_entropy
-    from gtpo_verl.algorithms.entropy_profile import top_mask
+    from gtpo_verl.lab.entropy_profile import top_mask
     from gtpo_verl.plugin.estimators import ESTIMATORS, EstimatorBatch, EstimatorCall
 
     token_name, _, trajectory_name = estimator_names()
@@ -192,7 +192,7 @@ def mechanism_report(m: Mechanism, ratios: Sequence[float] = CANDIDATE_RATIOS) -
     """The report of one dump (the JSON the command writes per step)."""
     import torch
 
-    from gtpo_verl.algorithms.entropy_profile import entropy_profile
+    from gtpo_verl.lab.entropy_profile import entropy_profile
     from gtpo_verl.trainer.health import method_health
 
     token_name, sequence_name, trajectory_name = estimator_names()

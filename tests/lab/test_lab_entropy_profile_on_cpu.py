@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from gtpo_verl.algorithms.trajectory import initial_entropy
-from gtpo_verl.algorithms.entropy_profile import delta_filter
+from gtpo_verl.lab.entropy_profile import delta_filter
 
 # Row 1's third token, row 2 (empty) and row 3's masked tokens hold garbage that must not count.
 ENTROPY = np.array([[0.3, 0.6, 0.9], [1.0, 0.4, 99.0], [5.0, 5.0, 5.0], [1.4, np.nan, np.inf]])
